@@ -1,0 +1,62 @@
+"""Every Redis key name, default and limit in one place, so the layout reads in one screen.
+
+The key table in docs/redis-layout.md documents exactly these names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KEY_ROOT: Final = "redelay"
+
+# Per-shard keys, appended to the shard prefix "redelay:{<namespace>.<shard>}:".
+JOBS_KEY: Final = "jobs"  # HASH member -> msgpack job record
+DELAYED_KEY: Final = "delayed"  # ZSET member -> due time (ms)
+READY_KEY_PREFIX: Final = "ready:"  # LIST per topic: "ready:<topic>", oldest first
+LEASED_KEY: Final = "leased"  # ZSET member -> lease deadline (ms)
+TOKENS_KEY: Final = "tokens"  # HASH member -> lease token
+DEAD_KEY: Final = "dead"  # ZSET member -> time it died (ms)
+TOPICS_KEY: Final = "topics"  # HASH topic -> msgpack topic config
+COUNTS_KEY: Final = "counts"  # HASH "<topic>|<state>" -> number of jobs
+SEQ_KEY: Final = "seq"  # STRING counter for lease tokens
+AUDIT_KEY: Final = "audit"  # STREAM of transition events
+WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest
+
+# A job is stored under the member "<topic>|<id>"; topics may not contain the separator.
+MEMBER_SEPARATOR: Final = "|"
+
+# Limits on what users pass in. Each is checked before anything is written.
+TOPIC_MAX_CHARS: Final = 100
+JOB_ID_MAX_CHARS: Final = 200
+NAMESPACE_MAX_CHARS: Final = 64
+BODY_MAX_BYTES: Final = 512 * 1024
+CALLBACK_URL_MAX_CHARS: Final = 2048
+DELAY_MAX_MS: Final = 10 * 366 * 24 * 3600 * 1000  # ten years
+SCHEDULE_MAX_STEPS: Final = 100
+LEASE_MS_MIN: Final = 100
+LEASE_MS_MAX: Final = 24 * 3600 * 1000
+BATCH_MAX_JOBS: Final = 10_000  # most jobs one add/ack/fail/extend/release call takes
+CARRY_LIMIT_MAX: Final = 10_000
+LEASE_LIMIT_MAX: Final = 10_000
+REASON_MAX_CHARS: Final = 500
+
+# Defaults per topic, each overridable per job.
+# The stepped schedule used for notifications: 15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h.
+DEFAULT_RETRY_SCHEDULE_MS: Final[tuple[int, ...]] = (
+    15_000,
+    180_000,
+    600_000,
+    1_800_000,
+    1_800_000,
+    3_600_000,
+    7_200_000,
+    21_600_000,
+    54_000_000,
+)
+DEFAULT_LEASE_MS: Final = 30_000
+
+# Audit stream retention: approximate (Redis trims whole radix-tree nodes; see docs/audit.md).
+DEFAULT_AUDIT_MAXLEN: Final = 1_000_000
+
+DEFAULT_CARRY_BATCH: Final = 1_000
+DEFAULT_SHARDS: Final = 1

@@ -1,0 +1,52 @@
+"""The job record: one msgpack map per job in the jobs hash.
+
+Fields (single letters keep ~40 bytes per pending job off Redis memory):
+``b`` body (orjson bytes), ``d`` due time ms, ``a`` failed attempts so far, ``n`` created ms,
+``r`` retry schedule ms (only when set per job), ``l`` lease ms (only when set per job),
+``c`` callback URL (optional), ``x`` 1 once a cancel was requested while leased.
+Lua edits the same map with its built-in cmsgpack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+
+def pack(
+    body: bytes,
+    due_ms: int,
+    created_ms: int,
+    retry_ms: Sequence[int] | None = None,
+    lease_ms: int | None = None,
+    callback: str | None = None,
+) -> bytes:
+    record: dict[str, Any] = {"b": body, "d": due_ms, "a": 0, "n": created_ms}
+    if retry_ms is not None:
+        record["r"] = list(retry_ms)
+    if lease_ms is not None:
+        record["l"] = lease_ms
+    if callback is not None:
+        record["c"] = callback
+    # use_bin_type=False: Redis's cmsgpack predates the bin type; the body is UTF-8 JSON anyway.
+    return msgpack.packb(record, use_bin_type=False)
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    record: dict[str, Any] = msgpack.unpackb(blob, raw=False)
+    body = record.get("b", b"null")
+    # Lua's cmsgpack re-packs the body as msgpack str; the bytes are the same either way.
+    if isinstance(body, str):
+        record["b"] = body.encode()
+    return record
+
+
+def pack_topic_config(retry_ms: Sequence[int], lease_ms: int) -> bytes:
+    return msgpack.packb({"r": list(retry_ms), "l": lease_ms})
+
+
+def unpack_topic_config(blob: bytes) -> tuple[tuple[int, ...], int]:
+    config: dict[str, Any] = msgpack.unpackb(blob, raw=False)
+    return tuple(int(x) for x in config.get("r", ())), int(config.get("l", 0))

@@ -1,0 +1,226 @@
+"""Time, read in one place.
+
+Scripts never read the server clock: the caller passes ``now_ms``. Python reads time only through a
+:class:`Clock`, and time-driven actors get their ticks from the clock's timers, so a
+:class:`FakeClock` drives the whole system in tests without real sleeps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import redis
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[], None]
+
+
+class Timer:
+    """A pending callback; cancel() makes sure it never runs (if it has not started)."""
+
+    __slots__ = ("at_ms", "callback", "cancelled")
+
+    def __init__(self, at_ms: int, callback: Callback) -> None:
+        self.at_ms = at_ms
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the epoch, on the clock every process agrees on."""
+        ...
+
+    def call_at(self, at_ms: int, callback: Callback) -> Timer:
+        """Runs ``callback`` on the clock's timer thread once ``now_ms() >= at_ms``.
+
+        Callbacks must be quick (they send an actor a message).
+        """
+        ...
+
+    def call_later(self, delay_ms: int, callback: Callback) -> Timer: ...
+
+    def close(self) -> None: ...
+
+
+class _TimerHeap:
+    """Timers ordered by due time; ties run in the order they were set."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Timer]] = []
+        self._order = itertools.count()
+
+    def push(self, timer: Timer) -> None:
+        heapq.heappush(self._heap, (timer.at_ms, next(self._order), timer))
+
+    def earliest_ms(self) -> int | None:
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_ms: int) -> Timer | None:
+        earliest = self.earliest_ms()
+        if earliest is None or earliest > now_ms:
+            return None
+        return heapq.heappop(self._heap)[2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class SystemClock:
+    """Wall-clock time plus a fixed offset, with one daemon thread that runs timers."""
+
+    def __init__(self, offset_ms: float = 0.0) -> None:
+        self._offset_ms = offset_ms
+        self._timers = _TimerHeap()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000 + self._offset_ms)
+
+    def call_at(self, at_ms: int, callback: Callback) -> Timer:
+        timer = Timer(at_ms, callback)
+        with self._cond:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name="redelay-clock", daemon=True)
+                self._thread.start()
+            self._timers.push(timer)
+            self._cond.notify()
+        return timer
+
+    def call_later(self, delay_ms: int, callback: Callback) -> Timer:
+        return self.call_at(self.now_ms() + delay_ms, callback)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed:
+                        return
+                    timer = self._timers.pop_due(self.now_ms())
+                    if timer is not None:
+                        break
+                    earliest = self._timers.earliest_ms()
+                    wait_s = None if earliest is None else (earliest - self.now_ms()) / 1000
+                    self._cond.wait(timeout=wait_s)
+            try:
+                timer.callback()
+            except Exception:
+                log.exception("timer callback failed")
+
+
+class RedisSyncedClock(SystemClock):
+    """The system clock corrected to the Redis server's ``TIME``.
+
+    Processes whose system clocks are skewed still agree on when a job is due. The offset is
+    measured at start and refreshed every ``refresh_ms``. What remains is half the round trip of
+    the measurement (the midpoint is assumed) plus the local clock's drift between refreshes:
+    well under a millisecond on loopback, a few ms across a data centre (see docs/concepts.md).
+    """
+
+    def __init__(self, client: redis.Redis, refresh_ms: int = 60_000) -> None:
+        super().__init__()
+        self._client = client
+        self._refresh_ms = refresh_ms
+        self.last_rtt_ms = 0.0
+        self.sync()
+        self.call_later(refresh_ms, self._refresh)
+
+    def sync(self) -> float:
+        """Measures the offset to the server; returns it in ms."""
+        best: tuple[float, float] | None = None
+        for _ in range(3):  # keep the sample with the shortest round trip: the least uncertain
+            before = time.time()
+            seconds, micros = self._client.time()
+            after = time.time()
+            rtt_ms = (after - before) * 1000
+            offset_ms = (seconds * 1000 + micros / 1000) - (before + after) * 500
+            if best is None or rtt_ms < best[0]:
+                best = (rtt_ms, offset_ms)
+        assert best is not None
+        self.last_rtt_ms, self._offset_ms = best
+        return self._offset_ms
+
+    @property
+    def offset_ms(self) -> float:
+        return self._offset_ms
+
+    def _refresh(self) -> None:
+        try:
+            self.sync()
+        except redis.RedisError as exc:  # keep the last offset; try again next time
+            log.warning("clock sync with Redis failed: %s", exc)
+        if not self._closed:
+            self.call_later(self._refresh_ms, self._refresh)
+
+
+class FakeClock:
+    """A clock that moves only when told. Timers fire inside advance(), in due order."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self._now_ms = start_ms
+        self._timers = _TimerHeap()
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def call_at(self, at_ms: int, callback: Callback) -> Timer:
+        timer = Timer(at_ms, callback)
+        with self._lock:
+            self._timers.push(timer)
+        return timer
+
+    def call_later(self, delay_ms: int, callback: Callback) -> Timer:
+        return self.call_at(self._now_ms + delay_ms, callback)
+
+    def advance(self, delta_ms: int) -> None:
+        """Moves time forward, running each timer at its own due time on the way."""
+        if delta_ms < 0:
+            raise ValueError("a fake clock does not go backwards; use jump() to model that")
+        target = self._now_ms + delta_ms
+        while True:
+            with self._lock:
+                timer = self._timers.pop_due(target)
+                if timer is None:
+                    break
+                self._now_ms = max(self._now_ms, timer.at_ms)
+            if not timer.cancelled:
+                timer.callback()
+        self._now_ms = target
+
+    def jump(self, delta_ms: int) -> None:
+        """Moves time by delta_ms (either way) without running timers on the way: a clock step."""
+        self._now_ms += delta_ms
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(1 for _, _, t in self._timers._heap if not t.cancelled)
+
+    def next_timer_ms(self) -> int | None:
+        with self._lock:
+            return self._timers.earliest_ms()
+
+    def close(self) -> None:
+        with self._lock:
+            self._timers = _TimerHeap()

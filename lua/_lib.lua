@@ -1,0 +1,67 @@
+-- Shared helpers, pasted into a script by the loader where the script says `-- @include _lib.lua`.
+-- Conventions every transition script follows:
+--   ARGV[1] now_ms (the caller's clock; scripts never read the server clock)
+--   ARGV[2] audit trim kind: "MAXLEN", "MINID" or "NONE"
+--   ARGV[3] audit trim threshold (approximate, `~`)
+--   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists)
+-- A job is a member string "<topic>|<id>"; topics never contain "|", so the first "|" splits it.
+local rcall = redis.call
+local now_ms = tonumber(ARGV[1])
+local trim_kind = ARGV[2]
+local trim_arg = ARGV[3]
+local prefix = ARGV[4]
+
+local function split_member(member)
+  local bar = string.find(member, '|', 1, true)
+  return string.sub(member, 1, bar - 1), string.sub(member, bar + 1)
+end
+
+local function ready_key(topic)
+  return prefix .. 'ready:' .. topic
+end
+
+-- Appends one audit event; `fields` is a flat list of name, value pairs after e/t/i/a/ms.
+local function audit(stream, event, member, attempt, fields)
+  local topic, id = split_member(member)
+  local args = {stream}
+  if trim_kind == 'MAXLEN' or trim_kind == 'MINID' then
+    args[#args + 1] = trim_kind
+    args[#args + 1] = '~'
+    args[#args + 1] = trim_arg
+  end
+  args[#args + 1] = '*'
+  local base = {'e', event, 't', topic, 'i', id, 'a', attempt, 'ms', now_ms}
+  for _, v in ipairs(base) do args[#args + 1] = v end
+  if fields then
+    for _, v in ipairs(fields) do args[#args + 1] = v end
+  end
+  rcall('XADD', unpack(args))
+end
+
+-- Per topic and state counters, so stats() is O(topics) and not a scan.
+local function count(counts_key, member, state, delta)
+  local topic = split_member(member)
+  rcall('HINCRBY', counts_key, topic .. '|' .. state, delta)
+end
+
+local function load_record(jobs_key, member)
+  local blob = rcall('HGET', jobs_key, member)
+  if not blob then return nil end
+  return cmsgpack.unpack(blob)
+end
+
+local function save_record(jobs_key, member, record)
+  rcall('HSET', jobs_key, member, cmsgpack.pack(record))
+end
+
+-- The topic's stored defaults (retry schedule `r`, lease `l`), written when the topic is first used
+-- and overwritten by a worker that registers a handler for it.
+local function topic_config(topics_key, topic)
+  local blob = rcall('HGET', topics_key, topic)
+  if not blob then return {} end
+  return cmsgpack.unpack(blob)
+end
+
+local function attempts_failed(record)
+  return tonumber(record['a'] or 0)
+end

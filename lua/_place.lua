@@ -1,0 +1,23 @@
+-- Puts a job where its due time says: straight onto its topic's ready list when it is already due,
+-- otherwise into the delayed set. When a delayed job becomes the earliest one, the carriers of
+-- every process are told on the wake channel so they can shorten their sleep.
+-- Needs _lib.lua. Returns the state the job is now in.
+local function place(delayed_key, counts_key, member, due_ms, wake_channel, front)
+  if due_ms <= now_ms then
+    local topic = split_member(member)
+    if front then
+      rcall('LPUSH', ready_key(topic), member)
+    else
+      rcall('RPUSH', ready_key(topic), member)
+    end
+    count(counts_key, member, 'ready', 1)
+    return 'ready'
+  end
+  local earliest = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
+  rcall('ZADD', delayed_key, due_ms, member)
+  count(counts_key, member, 'delayed', 1)
+  if wake_channel ~= '' and (#earliest == 0 or due_ms < tonumber(earliest[2])) then
+    rcall('PUBLISH', wake_channel, due_ms)
+  end
+  return 'delayed'
+end

@@ -1,0 +1,28 @@
+-- Takes a job out of whichever structure holds it, without deleting its record.
+-- Needs _lib.lua. `k` names jobs, delayed, leased, tokens, dead, counts.
+-- Returns the state it was in ('delayed', 'ready', 'leased', 'dead') or nil if there is no job.
+local function job_state(k, member)
+  if rcall('HEXISTS', k.jobs, member) == 0 then return nil end
+  if rcall('ZSCORE', k.delayed, member) then return 'delayed' end
+  if rcall('HEXISTS', k.tokens, member) == 1 then return 'leased' end
+  if rcall('ZSCORE', k.dead, member) then return 'dead' end
+  return 'ready'
+end
+
+local function unlink(k, member)
+  local state = job_state(k, member)
+  if state == 'delayed' then
+    rcall('ZREM', k.delayed, member)
+  elseif state == 'leased' then
+    rcall('ZREM', k.leased, member)
+    rcall('HDEL', k.tokens, member)
+  elseif state == 'dead' then
+    rcall('ZREM', k.dead, member)
+  elseif state == 'ready' then
+    local topic = split_member(member)
+    -- O(length of the ready list); ready lists are short because listeners drain them.
+    rcall('LREM', ready_key(topic), 1, member)
+  end
+  if state then count(k.counts, member, state, -1) end
+  return state
+end

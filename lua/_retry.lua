@@ -1,0 +1,35 @@
+-- Ends one failed attempt of a leased job (a handler failure or an expired lease).
+-- Needs _lib.lua and _place.lua. `k` names the keys: jobs, delayed, leased, tokens, dead, topics,
+-- counts, audit. `override_ms` < 0 means "use the schedule".
+-- Attempt n (1-based) that fails is retried schedule[n] ms later; past the end of the schedule the
+-- job is dead. A job whose cancel was requested while it was leased is removed instead.
+-- Returns the job's new state: 'delayed', 'ready', 'dead' or 'cancelled'.
+local function end_failed_attempt(k, member, record, event, reason, override_ms, wake_channel)
+  local attempt = attempts_failed(record) + 1
+  local topic = split_member(member)
+  rcall('ZREM', k.leased, member)
+  rcall('HDEL', k.tokens, member)
+  count(k.counts, member, 'leased', -1)
+  if record['x'] then
+    rcall('HDEL', k.jobs, member)
+    audit(k.audit, 'cancelled', member, attempt, {'why', reason, 'from', 'leased'})
+    return 'cancelled'
+  end
+  local schedule = record['r'] or topic_config(k.topics, topic)['r'] or {}
+  record['a'] = attempt
+  if attempt > #schedule then
+    save_record(k.jobs, member, record)
+    rcall('ZADD', k.dead, now_ms, member)
+    count(k.counts, member, 'dead', 1)
+    audit(k.audit, 'dead', member, attempt, {'why', reason, 'via', event})
+    return 'dead'
+  end
+  local delay_ms = tonumber(schedule[attempt])
+  if override_ms >= 0 then delay_ms = override_ms end
+  local due_ms = now_ms + delay_ms
+  record['d'] = due_ms
+  save_record(k.jobs, member, record)
+  local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
+  audit(k.audit, event, member, attempt, {'due', due_ms, 'why', reason, 'to', state})
+  return state
+end

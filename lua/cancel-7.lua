@@ -1,0 +1,27 @@
+-- cancel: removes a job that is delayed, ready or dead; a leased job is only marked, so that its
+-- consumer's ack or failure (or the lease's expiry) ends it and nothing retries it.
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] counts
+-- KEYS[7] audit
+-- ARGV[1..4] common (see _lib.lua)   ARGV[5] member
+-- Returns: 0 no such job, 1 removed, 2 cancel requested on a leased job (also when repeated).
+-- Events: cancelled {from} when removed; cancel_requested {} the first time a leased job is marked.
+-- @include _lib.lua
+-- @include _remove.lua
+local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
+           counts = KEYS[6], audit = KEYS[7]}
+local member = ARGV[5]
+local record = load_record(k.jobs, member)
+if not record then return 0 end
+local attempt = attempts_failed(record) + 1
+if job_state(k, member) == 'leased' then
+  if not record['x'] then
+    record['x'] = 1
+    save_record(k.jobs, member, record)
+    audit(k.audit, 'cancel_requested', member, attempt, {})
+  end
+  return 2
+end
+local was = unlink(k, member)
+rcall('HDEL', k.jobs, member)
+audit(k.audit, 'cancelled', member, attempt, {'from', was})
+return 1

@@ -1,0 +1,37 @@
+-- carry: moves due jobs from the delayed set to the end of their topics' ready lists.
+-- KEYS[1] delayed  KEYS[2] jobs  KEYS[3] counts  KEYS[4] audit
+-- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
+-- Returns: {moved, next_due_ms} where next_due_ms is the earliest due time still delayed, or -1.
+-- A job is due when due_ms <= now_ms; jobs with equal due times move in member order.
+-- Events: ready {due}. Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- @include _lib.lua
+local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4]}
+local limit = tonumber(ARGV[5])
+local due = rcall('ZRANGEBYSCORE', k.delayed, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+local by_topic = {}
+local moved = {}
+for j = 1, #due, 2 do
+  local member = due[j]
+  local topic = split_member(member)
+  local list = by_topic[topic]
+  if not list then
+    list = {}
+    by_topic[topic] = list
+  end
+  list[#list + 1] = member
+  moved[#moved + 1] = member
+  local record = load_record(k.jobs, member)
+  audit(k.audit, 'ready', member, attempts_failed(record) + 1, {'due', due[j + 1]})
+end
+if #moved > 0 then
+  rcall('ZREM', k.delayed, unpack(moved))
+  for topic, list in pairs(by_topic) do
+    rcall('RPUSH', ready_key(topic), unpack(list))
+    rcall('HINCRBY', k.counts, topic .. '|delayed', -#list)
+    rcall('HINCRBY', k.counts, topic .. '|ready', #list)
+  end
+end
+local earliest = rcall('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
+local next_due = -1
+if #earliest > 0 then next_due = tonumber(earliest[2]) end
+return {#moved, next_due}

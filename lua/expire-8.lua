@@ -1,0 +1,25 @@
+-- expire: recovers leases whose deadline has passed (the consumer crashed or hung); each counts as
+-- a failed attempt: retried on the schedule, or dead when the schedule is exhausted.
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
+-- KEYS[7] counts  KEYS[8] audit
+-- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] limit
+-- A lease is expired when its deadline_ms <= now_ms.
+-- Returns: {expired_count, next_deadline_ms or -1}.
+-- Events: expired {due, why=lease-expired, to} or dead {why=lease-expired, via=expired}
+-- or cancelled {why=lease-expired, from=leased}.
+-- @include _lib.lua
+-- @include _place.lua
+-- @include _retry.lua
+local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
+           topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
+local wake_channel = ARGV[5]
+local limit = tonumber(ARGV[6])
+local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms, 'LIMIT', 0, limit)
+for _, member in ipairs(members) do
+  local record = load_record(k.jobs, member)
+  end_failed_attempt(k, member, record, 'expired', 'lease-expired', -1, wake_channel)
+end
+local earliest = rcall('ZRANGE', k.leased, 0, 0, 'WITHSCORES')
+local next_deadline = -1
+if #earliest > 0 then next_deadline = tonumber(earliest[2]) end
+return {#members, next_deadline}

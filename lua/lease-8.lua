@@ -1,0 +1,36 @@
+-- lease: hands up to `limit` ready jobs of one topic to a consumer, oldest first.
+-- KEYS[1] ready list of the topic  KEYS[2] jobs  KEYS[3] leased (ZSET member -> lease deadline ms)
+-- KEYS[4] tokens (HASH member -> lease token)  KEYS[5] topics  KEYS[6] counts  KEYS[7] seq (STRING)
+-- KEYS[8] audit
+-- ARGV[1..4] common (see _lib.lua)   ARGV[5] topic   ARGV[6] limit   ARGV[7] consumer name
+-- Returns: a flat list, per leased job: member, token, deadline_ms, record (msgpack).
+-- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else 30000).
+-- Tokens are "<now_ms>-<seq>", unique even if the counter is lost with the data.
+-- Events: leased {tok, dl, by}.
+-- @include _lib.lua
+local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
+           counts = KEYS[6], seq = KEYS[7], audit = KEYS[8]}
+local topic, limit, consumer = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local result = {}
+if limit < 1 then return result end
+local members = rcall('LPOP', k.ready, limit)
+if not members then return result end
+local last_seq = rcall('INCRBY', k.seq, #members)
+local topic_lease_ms = topic_config(k.topics, topic)['l'] or 30000
+for j, member in ipairs(members) do
+  local blob = rcall('HGET', k.jobs, member)
+  local record = cmsgpack.unpack(blob)
+  local deadline = now_ms + tonumber(record['l'] or topic_lease_ms)
+  local token = now_ms .. '-' .. (last_seq - #members + j)
+  rcall('HSET', k.tokens, member, token)
+  rcall('ZADD', k.leased, deadline, member)
+  audit(k.audit, 'leased', member, attempts_failed(record) + 1,
+        {'tok', token, 'dl', deadline, 'by', consumer})
+  result[#result + 1] = member
+  result[#result + 1] = token
+  result[#result + 1] = deadline
+  result[#result + 1] = blob
+end
+rcall('HINCRBY', k.counts, topic .. '|ready', -#members)
+rcall('HINCRBY', k.counts, topic .. '|leased', #members)
+return result

@@ -1,0 +1,33 @@
+-- replace: creates or reschedules jobs. An existing job loses its place, attempt count and body;
+-- a leased job's lease is revoked, so its consumer's ack, fail or extend is rejected as stale and
+-- the job runs again at its new due time.
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
+-- KEYS[7] counts  KEYS[8] audit
+-- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
+-- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
+-- Returns: a list with, per job, the state it had before ('new' when it did not exist).
+-- Events: replaced {due, to, was} for an existing job, added {due, to} for a new one.
+-- @include _lib.lua
+-- @include _place.lua
+-- @include _remove.lua
+local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
+           topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
+local wake_channel = ARGV[5]
+local n = tonumber(ARGV[6])
+local result = {}
+for j = 0, n - 1 do
+  local base = 7 + j * 4
+  local member, due_ms, record = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2]
+  local topic = split_member(member)
+  rcall('HSETNX', k.topics, topic, ARGV[base + 3])
+  local was = unlink(k, member)
+  rcall('HSET', k.jobs, member, record)
+  local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
+  if was then
+    audit(k.audit, 'replaced', member, 1, {'due', due_ms, 'to', state, 'was', was})
+  else
+    audit(k.audit, 'added', member, 1, {'due', due_ms, 'to', state})
+  end
+  result[#result + 1] = was or 'new'
+end
+return result

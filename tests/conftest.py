@@ -1,0 +1,98 @@
+"""Fixtures that start private redis-server processes (Unix sockets in temporary directories).
+
+The suite never connects to a server it did not start. The binary comes from
+REDELAY_REDIS_SERVER, then PATH, then the `embedded` extra; without one the run stops with a
+single message saying how to get one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+
+from actors.clock import FakeClock
+from actors.embedded import RedisProcess, embedded_binary, find_redis_server
+from actors.errors import RedisServerNotFound
+from actors.store import Store
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    stateful_step_count=40,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "slow",
+    max_examples=2_000,
+    stateful_step_count=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    try:
+        find_redis_server()
+    except RedisServerNotFound as exc:
+        pytest.exit(str(exc), returncode=3)
+
+
+def redis_binaries() -> list[str]:
+    """The main binary, plus the embedded extra's Redis 6.2 when it is installed and different."""
+    binaries = [find_redis_server()]
+    extra = embedded_binary()
+    if extra is not None and os.path.realpath(extra) != os.path.realpath(binaries[0]):
+        binaries.append(extra)
+    return binaries
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisProcess]:
+    with tempfile.TemporaryDirectory(prefix="redelay-test-") as directory:
+        server = RedisProcess(directory).start()
+        try:
+            yield server
+        finally:
+            server.kill()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisProcess) -> Iterator[redis.Redis]:
+    client = redis_server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisProcess]]:
+    """Starts extra servers a test may kill or restart; all are killed at the end."""
+    started: list[RedisProcess] = []
+
+    def start(**kwargs: object) -> RedisProcess:
+        server = RedisProcess(tmp_path / f"redis-{len(started)}", **kwargs)  # type: ignore[arg-type]
+        started.append(server.start())
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis, fake_clock: FakeClock) -> Store:
+    return Store(redis_client, "test", fake_clock)

@@ -1,4 +1,4 @@
--- Shared helpers, pasted into a script by the loader where the script says `-- @include _lib.lua`.
+-- Shared helpers, pasted into a script by the loader at its include line for this file.
 -- Conventions every transition script follows:
 --   ARGV[1] now_ms (the caller's clock; scripts never read the server clock)
 --   ARGV[2] audit trim kind: "MAXLEN", "MINID" or "NONE"

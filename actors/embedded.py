@@ -67,6 +67,7 @@ class RedisProcess:
         appendonly: bool = False,
         appendfsync: str = "everysec",
         extra_args: tuple[str, ...] = (),
+        new_session: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -74,6 +75,9 @@ class RedisProcess:
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.extra_args = extra_args
+        # A server in its own session does not get the terminal's Ctrl-C, so the command using it
+        # can still ack or release its jobs while it shuts down.
+        self.new_session = new_session
         self.socket_path = str(self.directory / "redis.sock")
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -98,7 +102,9 @@ class RedisProcess:
             "--logfile", str(self.directory / "redis.log"),
             *self.extra_args,
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, start_new_session=self.new_session
+        )
         deadline = time.monotonic() + timeout_s
         probe = self.client(socket_timeout=1)
         try:

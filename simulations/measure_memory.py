@@ -1,0 +1,182 @@
+"""Measures Redis memory per pending job on a private redis-server.
+
+Adds ``--jobs`` delayed jobs (due in the future, so they stay pending) with JSON bodies of
+``--body-bytes`` bytes, and reports INFO ``used_memory`` deltas: with the audit stream, and again
+after deleting the audit key, so the cost of the job itself and of its ``added`` event are told
+apart. One ``--seed`` drives the ids and due times, so a run is repeatable.
+
+    python -m simulations.measure_memory            # 100,000 jobs, ~100-byte bodies
+    python -m simulations.measure_memory --json     # the same numbers as one JSON object
+
+The server binary is found like the tests find it (``REDELAY_REDIS_SERVER``, ``PATH``, then the
+``embedded`` extra), so the numbers can be taken on Redis 6.2 as well as 7.x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import redis
+
+from actors._scripts import sources
+from actors.clock import FakeClock
+from actors.embedded import RedisProcess, server_version
+from actors.store import Store
+
+NAMESPACE = "memory"
+TOPIC = "orders"
+BATCH_JOBS = 1_000
+DELAY_MIN_MS = 3_600_000  # an hour: nothing becomes due while we measure
+DELAY_MAX_MS = 30 * 24 * 3_600_000
+
+
+@dataclass(frozen=True)
+class Result:
+    redis_version: str
+    jobs: int
+    body_bytes: int
+    seed: int
+    used_memory_before_bytes: int
+    used_memory_with_audit_bytes: int
+    used_memory_without_audit_bytes: int
+    per_job_with_audit_bytes: float
+    per_job_without_audit_bytes: float
+    per_audit_entry_bytes: float
+    key_usage_bytes: dict[str, int]
+    add_seconds: float
+
+
+def body_of_size(body_bytes: int, n: int) -> dict[str, object]:
+    """A JSON object whose orjson encoding is exactly ``body_bytes`` long (when that is >= 30)."""
+    body: dict[str, object] = {"order": n, "pad": ""}
+    overhead_bytes = len(json.dumps(body, separators=(",", ":")))
+    body["pad"] = "x" * max(0, body_bytes - overhead_bytes)
+    return body
+
+
+def used_memory_bytes(client: redis.Redis) -> int:
+    # A big DEL may be freed in the background (lazyfree); wait until nothing is pending.
+    deadline = time.monotonic() + 30
+    while True:
+        info = client.info("memory")
+        if int(info.get("lazyfree_pending_objects", 0)) == 0 or time.monotonic() > deadline:
+            return int(info["used_memory"])
+        time.sleep(0.05)
+
+
+def key_usage_bytes(client: redis.Redis, store: Store) -> dict[str, int]:
+    """MEMORY USAGE of each key of the shard (SAMPLES 0: every element, exact but O(n))."""
+    usage: dict[str, int] = {}
+    for raw in client.scan_iter(match=f"{store.keys.prefix}*", count=1_000):
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        size = client.memory_usage(name, samples=0)
+        usage[name.removeprefix(store.keys.prefix)] = int(size or 0)
+    return dict(sorted(usage.items()))
+
+
+def add_jobs(store: Store, jobs: int, body_bytes: int, rng: random.Random) -> float:
+    """Adds the jobs in batches; returns the seconds it took."""
+    started = time.perf_counter()
+    for first in range(0, jobs, BATCH_JOBS):
+        batch = [
+            store.new_job(
+                TOPIC,
+                f"order-{n:08d}",
+                body_of_size(body_bytes, n),
+                delay_ms=rng.randint(DELAY_MIN_MS, DELAY_MAX_MS),
+            )
+            for n in range(first, min(jobs, first + BATCH_JOBS))
+        ]
+        store.add_many(batch)
+    return time.perf_counter() - started
+
+
+def measure(jobs: int, body_bytes: int, seed: int) -> Result:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="redelay-memory-") as directory:
+        server = RedisProcess(directory).start()
+        try:
+            client = server.client()
+            # Load every script first, so the script cache is in the baseline and not per job.
+            for _, source in sources().values():
+                client.script_load(source)
+            store = Store(client, NAMESPACE, FakeClock())
+            before = used_memory_bytes(client)
+            add_seconds = add_jobs(store, jobs, body_bytes, rng)
+            with_audit = used_memory_bytes(client)
+            usage = key_usage_bytes(client, store)
+            audit_entries = int(client.xlen(store.keys.audit))
+            client.delete(store.keys.audit)
+            without_audit = used_memory_bytes(client)
+            client.close()
+        finally:
+            server.kill()
+    version = ".".join(str(part) for part in server_version(server.binary))
+    return Result(
+        redis_version=version,
+        jobs=jobs,
+        body_bytes=body_bytes,
+        seed=seed,
+        used_memory_before_bytes=before,
+        used_memory_with_audit_bytes=with_audit,
+        used_memory_without_audit_bytes=without_audit,
+        per_job_with_audit_bytes=round((with_audit - before) / jobs, 1),
+        per_job_without_audit_bytes=round((without_audit - before) / jobs, 1),
+        per_audit_entry_bytes=round((with_audit - without_audit) / max(1, audit_entries), 1),
+        key_usage_bytes=usage,
+        add_seconds=round(add_seconds, 2),
+    )
+
+
+def report(result: Result) -> str:
+    lines = [
+        f"redis {result.redis_version}: {result.jobs} delayed jobs, "
+        f"{result.body_bytes}-byte JSON bodies, seed {result.seed}",
+        f"  used_memory before          {result.used_memory_before_bytes:>14,} bytes",
+        f"  used_memory with audit      {result.used_memory_with_audit_bytes:>14,} bytes",
+        f"  used_memory audit deleted   {result.used_memory_without_audit_bytes:>14,} bytes",
+        f"  per job, with audit stream  {result.per_job_with_audit_bytes:>14,.1f} bytes",
+        f"  per job, without audit      {result.per_job_without_audit_bytes:>14,.1f} bytes",
+        f"  per audit entry             {result.per_audit_entry_bytes:>14,.1f} bytes",
+        "  MEMORY USAGE per key (before deleting the audit stream):",
+    ]
+    lines += [f"    {name:<24}{size:>14,} bytes" for name, size in result.key_usage_bytes.items()]
+    lines.append(f"  adding took {result.add_seconds} s")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulations.measure_memory",
+        description="Measure Redis memory per pending job on a private redis-server.",
+    )
+    parser.add_argument("--jobs", type=int, default=100_000, help="jobs to add (default 100000)")
+    parser.add_argument(
+        "--body-bytes", type=int, default=100, help="JSON body size in bytes (default 100)"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="drives ids and due times")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.body_bytes < 0:
+        parser.error("--jobs must be at least 1 and --body-bytes at least 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.json:
+        print(f"settings: jobs={args.jobs} body_bytes={args.body_bytes} seed={args.seed}")
+    result = measure(args.jobs, args.body_bytes, args.seed)
+    print(json.dumps(asdict(result)) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

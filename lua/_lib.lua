@@ -38,6 +38,14 @@ local function audit(stream, event, member, attempt, fields)
   rcall('XADD', unpack(args))
 end
 
+-- Runs `command key value...` over a long list in slices: Lua's unpack() refuses more than about
+-- 8000 values, and carry or lease may move up to 10000 jobs in one call.
+local function rcall_each_slice(command, key, values)
+  for first = 1, #values, 1000 do
+    rcall(command, key, unpack(values, first, math.min(first + 999, #values)))
+  end
+end
+
 -- Per topic and state counters, so stats() is O(topics) and not a scan.
 local function count(counts_key, member, state, delta)
   local topic = split_member(member)

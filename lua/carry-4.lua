@@ -24,9 +24,9 @@ for j = 1, #due, 2 do
   audit(k.audit, 'ready', member, attempts_failed(record) + 1, {'due', due[j + 1]})
 end
 if #moved > 0 then
-  rcall('ZREM', k.delayed, unpack(moved))
+  rcall_each_slice('ZREM', k.delayed, moved)
   for topic, list in pairs(by_topic) do
-    rcall('RPUSH', ready_key(topic), unpack(list))
+    rcall_each_slice('RPUSH', ready_key(topic), list)
     rcall('HINCRBY', k.counts, topic .. '|delayed', -#list)
     rcall('HINCRBY', k.counts, topic .. '|ready', #list)
   end

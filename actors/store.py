@@ -151,9 +151,11 @@ class Store:
         """Validates one job; raises ValidationError naming the field. Defaults to due now."""
         now = self.clock.now_ms()
         if delay_ms is not None and due_ms is not None:
-            raise ValidationError("delay", "give either a delay or a due time, not both")
+            raise ValidationError(
+                "delay", "give either a delay or a due time, not both", "one of delay and at"
+            )
         if due_ms is not None:
-            due = now + validation.delay_ms(due_ms - now, "at", allow_negative=True)
+            due = validation.due_ms(due_ms, now, "at")
         else:
             due = now + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
         return NewJob(
@@ -183,7 +185,11 @@ class Store:
         for job in jobs:
             key = (job.topic, job.id)
             if key in seen:
-                raise ValidationError("jobs", f"{job.topic}/{job.id} appears twice in one batch")
+                raise ValidationError(
+                    "jobs",
+                    f"{job.topic}/{job.id} appears twice in one batch",
+                    "each (topic, id) once per call",
+                )
             seen.add(key)
             if job.topic not in blobs:
                 blobs[job.topic] = self._topic_config_blob(job.topic)
@@ -199,6 +205,11 @@ class Store:
             raise ValidationError(
                 field_name, f"has {len(items)} jobs", f"{c.BATCH_MAX_JOBS} per call"
             )
+
+    @staticmethod
+    def _member(topic: str, job_id: str) -> str:
+        """The member of a job named by a caller; checked, so a bad name writes no event."""
+        return member(validation.topic(topic), validation.job_id(job_id))
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -253,6 +264,7 @@ class Store:
 
     def lease(self, topic: str, limit: int, consumer: str = "") -> list[Lease]:
         """Leases up to ``limit`` ready jobs of ``topic``, oldest first, in one round trip."""
+        validation.topic(topic)
         validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
         k = self.keys
         now = self.clock.now_ms()
@@ -285,7 +297,7 @@ class Store:
         k = self.keys
         args = [*self._common(self.clock.now_ms()), len(acks)]
         for topic, job_id, token in acks:
-            args += [member(topic, job_id), token, detail]
+            args += [self._member(topic, job_id), token, detail]
         result = self._run("ack", [k.jobs, k.leased, k.tokens, k.counts, k.audit], args)
         return [ErrorCode(int(x)) for x in result]
 
@@ -306,7 +318,7 @@ class Store:
         args = [*self._common(self.clock.now_ms()), k.wake_channel, len(failures)]
         for topic, job_id, token, why, after_ms in failures:
             after = -1 if after_ms is None else validation.delay_ms(after_ms, "retry_after")
-            args += [member(topic, job_id), token, validation.reason(why), after]
+            args += [self._member(topic, job_id), token, validation.reason(why), after]
         keys = [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit]
         return [
             ErrorCode(int(x)) if isinstance(x, int) else _s(x)
@@ -326,7 +338,7 @@ class Store:
         k = self.keys
         args = [*self._common(self.clock.now_ms()), len(extensions)]
         for topic, job_id, token, extend_ms in extensions:
-            args += [member(topic, job_id), token, validation.lease_ms(extend_ms, "extend")]
+            args += [self._member(topic, job_id), token, validation.lease_ms(extend_ms, "extend")]
         return [int(x) for x in self._run("extend", [k.jobs, k.leased, k.tokens, k.audit], args)]
 
     def release_many(self, releases: Sequence[tuple[str, str, str]]) -> list[int]:
@@ -340,7 +352,7 @@ class Store:
         k = self.keys
         args = [*self._common(self.clock.now_ms()), len(releases)]
         for topic, job_id, token in releases:
-            args += [member(topic, job_id), token]
+            args += [self._member(topic, job_id), token]
         return [
             int(x)
             for x in self._run("release", [k.jobs, k.leased, k.tokens, k.counts, k.audit], args)
@@ -377,7 +389,8 @@ class Store:
             return 0
         self._batch(jobs, "jobs")
         k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(jobs)] + [member(t, i) for t, i in jobs]
+        args = [*self._common(self.clock.now_ms()), len(jobs)]
+        args += [self._member(t, i) for t, i in jobs]
         return sum(
             int(x)
             for x in self._run("requeue", [k.jobs, k.dead, k.delayed, k.counts, k.audit], args)
@@ -389,7 +402,8 @@ class Store:
             return 0
         self._batch(jobs, "jobs")
         k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(jobs)] + [member(t, i) for t, i in jobs]
+        args = [*self._common(self.clock.now_ms()), len(jobs)]
+        args += [self._member(t, i) for t, i in jobs]
         return sum(int(x) for x in self._run("purge", [k.jobs, k.dead, k.counts, k.audit], args))
 
     # -- reads ------------------------------------------------------------------------------

@@ -10,14 +10,19 @@ from .errors import (
     RedisServerNotFound,
     ValidationError,
 )
+from .job import Job, Retry
+from .queue import AuditEvent, DelayQueue
 from .store import AuditRetention, JobInfo, Lease, NewJob, Store, TopicConfig
 
 __all__ = [
+    "AuditEvent",
     "AuditRetention",
     "Clock",
     "ConfigError",
+    "DelayQueue",
     "ErrorCode",
     "FakeClock",
+    "Job",
     "JobExistsError",
     "JobInfo",
     "Lease",
@@ -26,6 +31,7 @@ __all__ = [
     "RedelayError",
     "RedisServerNotFound",
     "RedisSyncedClock",
+    "Retry",
     "Store",
     "SystemClock",
     "TopicConfig",

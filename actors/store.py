@@ -289,15 +289,21 @@ class Store:
             )
         return leases
 
-    def ack_many(self, acks: Sequence[tuple[str, str, str]], detail: str = "") -> list[ErrorCode]:
-        """Acks (topic, id, token) triples. Per job: OK, STALE_TOKEN or NOT_LEASED."""
+    def ack_many(
+        self, acks: Sequence[tuple[str, str, str] | tuple[str, str, str, str]], detail: str = ""
+    ) -> list[ErrorCode]:
+        """Acks (topic, id, token[, detail]) tuples. Per job: OK, STALE_TOKEN or NOT_LEASED.
+
+        ``detail`` (e.g. an HTTP status) is kept in the acked event; a 4th item overrides it.
+        """
         if not acks:
             return []
         self._batch(acks, "acks")
         k = self.keys
         args = [*self._common(self.clock.now_ms()), len(acks)]
-        for topic, job_id, token in acks:
-            args += [self._member(topic, job_id), token, detail]
+        for ack in acks:
+            note = ack[3] if len(ack) == 4 else detail
+            args += [self._member(ack[0], ack[1]), ack[2], validation.reason(note)]
         result = self._run("ack", [k.jobs, k.leased, k.tokens, k.counts, k.audit], args)
         return [ErrorCode(int(x)) for x in result]
 

@@ -1,0 +1,16 @@
+"""Extra connections shaped like the user's client (same server, auth, TLS, socket type)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+
+def dedicated_client(client: redis.Redis, **overrides: Any) -> redis.Redis:
+    """A client with one connection of its own, e.g. for a blocking command."""
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, **overrides}
+    kwargs.pop("retry", None)
+    own_pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=own_pool, single_connection_client=True)

@@ -1,0 +1,85 @@
+"""Where handlers run: a fixed set of daemon threads, and an asyncio loop for async handlers.
+
+Not concurrent.futures.ThreadPoolExecutor: its threads are joined at interpreter exit, so one hung
+handler would keep a stopped worker process alive forever. Ours are daemon threads, and a task
+that has not started can be withdrawn (to release its job at shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any
+
+_NEW, _RUNNING, _WITHDRAWN = 0, 1, 2
+
+
+class Task:
+    __slots__ = ("_lock", "_state", "run")
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self.run = run
+        self._state = _NEW
+        self._lock = threading.Lock()
+
+    def begin(self) -> bool:
+        with self._lock:
+            if self._state != _NEW:
+                return False
+            self._state = _RUNNING
+            return True
+
+    def withdraw(self) -> bool:
+        """True when the task had not started and now never will."""
+        with self._lock:
+            if self._state != _NEW:
+                return False
+            self._state = _WITHDRAWN
+            return True
+
+
+class WorkerThreads:
+    def __init__(self, size: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
+            for n in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, run: Callable[[], None]) -> Task:
+        task = Task(run)
+        self._queue.put(task)
+        return task
+
+    def shutdown(self) -> None:
+        """Idle threads exit; busy ones exit when their handler returns (they are daemons)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None:
+                return
+            if task.begin():
+                task.run()
+
+
+class EventLoopThread:
+    """An asyncio event loop on a daemon thread, owned by one pool."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def shutdown(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,0 +1,369 @@
+"""DelayQueue: the facade users embed.
+
+A process that only adds jobs (a web app) uses add/cancel/get and never starts an actor.
+A worker registers handlers and calls start(); stop() (or SIGTERM/SIGINT once
+install_signal_handlers() was called) shuts down gracefully.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, TypeVar
+
+import redis
+
+from . import _constants as c
+from . import validation
+from .clock import Clock, RedisSyncedClock
+from .errors import ConfigError, ValidationError
+from .replay import history as replay_history
+from .store import AuditRetention, JobInfo, NewJob, Store, TopicConfig
+from .system import ActorSystem, HandlerSpec, SystemSettings
+
+log = logging.getLogger("actors.queue")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One entry of the audit stream, as history() returns it."""
+
+    id: str
+    event: str
+    topic: str
+    job_id: str
+    attempt: int
+    at_ms: int
+    fields: dict[str, str]
+
+
+def _seconds(value: float | timedelta, field: str) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field, f"must be seconds or a timedelta, got {type(value).__name__}")
+    return float(value)
+
+
+def _epoch_ms(value: datetime | float, field: str) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValidationError(field, "must be timezone-aware (naive datetimes are ambiguous)")
+        return value.timestamp() * 1000
+    return _seconds(value, field) * 1000
+
+
+def _schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple[int, ...] | None:
+    if retry is None:
+        return None
+    if isinstance(retry, str | bytes) or not isinstance(retry, Sequence):
+        raise ValidationError(field, f"must be a list of delays, got {type(retry).__name__}")
+    seconds = [_seconds(step, f"{field}[{n}]") for n, step in enumerate(retry)]
+    return validation.schedule_ms([s * 1000 for s in seconds], field)
+
+
+class DelayQueue:
+    def __init__(
+        self,
+        redis_source: str | redis.Redis | None = None,
+        namespace: str = "default",
+        *,
+        clock: Clock | None = None,
+        data_dir: str | os.PathLike[str] = ".redelay",
+        retention: AuditRetention | None = None,
+        watchdog_interval_s: float = 60.0,
+        sweep_interval_s: float = 1.0,
+        consumer_name: str | None = None,
+        default_retry: Sequence[float | timedelta] | None = None,
+        default_lease: float | timedelta = c.DEFAULT_LEASE_MS / 1000,
+        producer_only: bool = False,
+    ) -> None:
+        self._embedded: Any = None
+        if redis_source is None:
+            from .embedded_default import start_embedded  # only needed without a URL
+
+            self._embedded = start_embedded(Path(data_dir))
+            self.client = self._embedded.client()
+        elif isinstance(redis_source, str):
+            self.client = redis.Redis.from_url(redis_source)
+        else:
+            self.client = redis_source
+        self._owns_clock = clock is None
+        self.clock: Clock = clock or RedisSyncedClock(self.client)
+        retry_ms = _schedule_ms(default_retry, "default_retry") or c.DEFAULT_RETRY_SCHEDULE_MS
+        lease_ms = validation.lease_ms(
+            _seconds(default_lease, "default_lease") * 1000, "default_lease"
+        )
+        self.store = Store(
+            self.client,
+            namespace,
+            self.clock,
+            retention=retention,
+            default_topic_config=TopicConfig(retry_ms, lease_ms),
+        )
+        self.producer_only = producer_only
+        self.consumer = consumer_name or (
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        )
+        self.settings = SystemSettings(
+            consumer=self.consumer,
+            watchdog_interval_ms=round(watchdog_interval_s * 1000),
+            sweep_interval_ms=round(sweep_interval_s * 1000),
+        )
+        self._handlers: dict[str, HandlerSpec] = {}
+        self._system: ActorSystem | None = None
+        self._stopped = threading.Event()
+        self._stopped.set()
+
+    @property
+    def namespace(self) -> str:
+        return self.store.namespace
+
+    # -- producing ------------------------------------------------------------------------
+
+    def _new_job(
+        self,
+        topic: str,
+        job_id: str,
+        body: Any = None,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        retry: Sequence[float | timedelta] | None = None,
+        lease: float | timedelta | None = None,
+        callback: str | None = None,
+    ) -> NewJob:
+        if delay is not None and at is not None:
+            raise ValidationError("delay", "give either delay or at, not both")
+        return self.store.new_job(
+            topic,
+            job_id,
+            body,
+            delay_ms=None if delay is None else _seconds(delay, "delay") * 1000,
+            due_ms=None if at is None else _epoch_ms(at, "at"),
+            retry_ms=_schedule_ms(retry, "retry"),
+            lease_ms=None if lease is None else _seconds(lease, "lease") * 1000,
+            callback=callback,
+        )
+
+    def add(
+        self,
+        topic: str,
+        job_id: str,
+        body: Any = None,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        retry: Sequence[float | timedelta] | None = None,
+        lease: float | timedelta | None = None,
+        callback: str | None = None,
+        replace: bool = False,
+    ) -> str:
+        """Adds one job, due after ``delay`` (seconds or timedelta) or ``at`` (datetime or
+        epoch seconds), or now. An existing (topic, id) raises JobExistsError unless
+        ``replace``. Returns the state the job had before ("new" when it did not exist)."""
+        job = self._new_job(
+            topic, job_id, body, delay=delay, at=at, retry=retry, lease=lease, callback=callback
+        )
+        return self.store.add(job, replace=replace)
+
+    def add_many(self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False) -> list[str]:
+        """Adds many jobs in one round trip, all or nothing. Each mapping takes add()'s
+        arguments by name: topic, id, body, delay, at, retry, lease, callback."""
+        built = []
+        for n, spec in enumerate(jobs):
+            unknown = set(spec) - {
+                "topic",
+                "id",
+                "body",
+                "delay",
+                "at",
+                "retry",
+                "lease",
+                "callback",
+            }
+            if unknown:
+                raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")
+            if "topic" not in spec or "id" not in spec:
+                raise ValidationError(f"jobs[{n}]", "needs a topic and an id")
+            try:
+                built.append(
+                    self._new_job(
+                        spec["topic"],
+                        spec["id"],
+                        spec.get("body"),
+                        delay=spec.get("delay"),
+                        at=spec.get("at"),
+                        retry=spec.get("retry"),
+                        lease=spec.get("lease"),
+                        callback=spec.get("callback"),
+                    )
+                )
+            except ValidationError as exc:
+                raise ValidationError(f"jobs[{n}].{exc.field}", str(exc), exc.limit) from None
+        return self.store.add_many(built, replace=replace)
+
+    def cancel(self, topic: str, job_id: str) -> bool:
+        """True when the job existed. A leased job is marked: its current run ends it."""
+        return self.store.cancel(topic, job_id) != "missing"
+
+    def get(self, topic: str, job_id: str) -> JobInfo | None:
+        return self.store.get(topic, job_id)
+
+    def history(self, topic: str, job_id: str) -> list[AuditEvent]:
+        """The job's audit events, oldest first (reads the stream: O(stream length))."""
+        validation.topic(topic)
+        validation.job_id(job_id)
+        return [
+            AuditEvent(
+                id=entry_id,
+                event=fields["e"],
+                topic=fields["t"],
+                job_id=fields["i"],
+                attempt=int(fields.get("a", 0)),
+                at_ms=int(fields["ms"]),
+                fields=fields,
+            )
+            for entry_id, fields in replay_history(self.store.iter_audit(), topic, job_id)
+        ]
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return self.store.stats()
+
+    def dead(self, topic: str | None = None, limit: int = 100) -> list[JobInfo]:
+        return self.store.dead(topic, limit)
+
+    def requeue_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
+        """Requeues one dead job, or every dead job (of a topic). Returns how many."""
+        return self.store.requeue_dead(self._dead_keys(topic, job_id))
+
+    def purge_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
+        return self.store.purge_dead(self._dead_keys(topic, job_id))
+
+    def _dead_keys(self, topic: str | None, job_id: str | None) -> list[tuple[str, str]]:
+        if job_id is not None:
+            if topic is None:
+                raise ValidationError("topic", "is needed with an id")
+            return [(topic, job_id)]
+        return [(j.topic, j.id) for j in self.store.dead(topic, limit=c.BATCH_MAX_JOBS)]
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def handler(
+        self,
+        topic: str,
+        *,
+        concurrency: int = 8,
+        timeout: float | timedelta = 30.0,
+        retry: Sequence[float | timedelta] | None = None,
+        lease: float | timedelta | None = None,
+    ) -> Callable[[F], F]:
+        """Registers ``fn(job)`` for a topic. Return = ack (a returned str is kept in the acked
+        event); an exception = failed attempt; ``raise Retry(after=...)`` picks the next delay.
+        ``retry`` and ``lease`` become the topic's stored defaults when the queue starts."""
+        validation.topic(topic)
+        validation.count(concurrency, "concurrency", 10_000)
+        timeout_ms = validation.lease_ms(_seconds(timeout, "timeout") * 1000, "timeout")
+        retry_ms = _schedule_ms(retry, "retry")
+        lease_ms = None if lease is None else validation.lease_ms(_seconds(lease, "lease") * 1000)
+
+        def register(fn: F) -> F:
+            if self._system is not None:
+                raise ConfigError("register handlers before start()")
+            self._handlers[topic] = HandlerSpec(
+                topic, fn, concurrency, timeout_ms, retry_ms, lease_ms
+            )
+            return fn
+
+        return register
+
+    def start(self) -> DelayQueue:
+        """Starts this process's actors (carrier, watchdog, sweeper, a listener and a pool per
+        handler). Returns self."""
+        if self.producer_only:
+            raise ConfigError("this DelayQueue is producer_only: it never starts actors")
+        if self._system is not None:
+            raise ConfigError("already started")
+        for spec in self._handlers.values():
+            defaults = self.store.default_topic_config
+            self.store.configure_topic(
+                spec.topic,
+                TopicConfig(
+                    spec.retry_ms or defaults.retry_ms,
+                    spec.lease_ms
+                    or max(defaults.lease_ms, min(spec.timeout_ms * 2, c.LEASE_MS_MAX)),
+                ),
+            )
+        self._system = ActorSystem(
+            self.store, self.clock, list(self._handlers.values()), self.settings, self.client
+        )
+        self._stopped.clear()
+        self._system.start()
+        return self
+
+    def stop(self, grace: float = 20.0) -> dict[str, Any]:
+        """Stops gracefully within ``grace`` + about one second and loses no job. Returns a
+        report (seconds taken, pools with handlers still running)."""
+        report: dict[str, Any] = {}
+        if self._system is not None:
+            report = self._system.stop(grace)
+            self._system = None
+        self.close()
+        self._stopped.set()
+        return report
+
+    def close(self) -> None:
+        """Closes connections, the clock and the embedded server (stop() calls this)."""
+        if self._owns_clock:
+            self.clock.close()
+        self.client.close()
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until stop() has finished (e.g. from a signal). True when stopped."""
+        return self._stopped.wait(timeout)
+
+    def install_signal_handlers(self, grace: float = 20.0) -> None:
+        """SIGTERM and SIGINT stop the queue gracefully (call from the main thread)."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: stopping (grace %.1fs)", signum, grace)
+            threading.Thread(target=self.stop, args=(grace,), name="redelay-stop").start()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def health(self) -> dict[str, Any]:
+        """Per supervised unit: alive, restarts, last error. Empty when not started."""
+        return {} if self._system is None else self._system.health()
+
+    def actor_stats(self) -> dict[str, Any]:
+        return {} if self._system is None else self._system.stats()
+
+    @property
+    def running(self) -> bool:
+        return self._system is not None
+
+    def __enter__(self) -> DelayQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

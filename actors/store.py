@@ -6,6 +6,7 @@ Every method is one round trip. Methods that take many jobs take them in one scr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,7 +28,8 @@ class AuditRetention:
     """How the audit stream is trimmed; Redis trims approximately (whole nodes, ``~``).
 
     ``kind`` "MAXLEN" keeps about ``maxlen`` entries; "MINID" keeps about ``retention_ms`` of
-    history; "NONE" keeps everything.
+    history, counted back from the newest entry's id (the Redis server's clock, not the
+    caller's); "NONE" keeps everything.
     """
 
     kind: Literal["MAXLEN", "MINID", "NONE"] = "MAXLEN"
@@ -38,7 +40,8 @@ class AuditRetention:
         if self.kind == "MAXLEN":
             return "MAXLEN", str(self.maxlen)
         if self.kind == "MINID":
-            return "MINID", f"{max(0, now_ms - self.retention_ms)}-0"
+            # The script measures from the id it writes; now_ms (the caller's clock) may be skewed.
+            return "MINID", str(self.retention_ms)
         return "NONE", "0"
 
 
@@ -103,6 +106,9 @@ class Snapshot:
     """Every job's live state, read for comparisons (O(jobs); not for hot paths)."""
 
     jobs: dict[tuple[str, str], JobInfo] = field(default_factory=dict)
+    # Jobs the scripts could never have left this way: in two structures or none, a member
+    # without a record, a token without a lease. Empty unless Redis was changed behind them.
+    problems: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
 def _s(value: Any) -> str:
@@ -507,46 +513,76 @@ class Store:
         return int(first[0][1]) if first else None
 
     def snapshot(self) -> Snapshot:
-        """Reads every job and where it is; O(jobs). Used by verify and the tests."""
+        """Reads every job and where it is; O(jobs). Used by verify and the tests.
+
+        Everything but the list of topics is read in one MULTI, so the picture is consistent
+        unless a new topic appears in between (verify retries when the stream moved meanwhile).
+        A delayed job's due time is its score in the delayed set: that is what carry acts on.
+        """
         k = self.keys
+        topics = [_s(t) for t in self.client.hkeys(k.topics)]
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(k.jobs)
         pipe.zrange(k.delayed, 0, -1, withscores=True)
         pipe.zrange(k.leased, 0, -1, withscores=True)
         pipe.hgetall(k.tokens)
         pipe.zrange(k.dead, 0, -1, withscores=True)
-        pipe.hkeys(k.topics)
-        jobs_raw, delayed, leased, tokens, dead, topics = pipe.execute()
-        pipe = self.client.pipeline(transaction=True)
         for t in topics:
-            pipe.lrange(k.ready(_s(t)), 0, -1)
-        ready_lists = pipe.execute()
+            pipe.lrange(k.ready(t), 0, -1)
+        jobs_raw, delayed, leased, tokens_raw, dead, *ready_lists = pipe.execute()
+        places: dict[str, list[str]] = {}
         where: dict[str, JobState] = {}
+
+        def put(raw: Any, state: JobState, place: str) -> None:
+            name = _s(raw)
+            places.setdefault(name, []).append(place)
+            where[name] = state
+
         for raw, _ in delayed:
-            where[_s(raw)] = "delayed"
-        for lst in ready_lists:
+            put(raw, "delayed", "delayed")
+        for t, lst in zip(topics, ready_lists, strict=True):
             for raw in lst:
-                where[_s(raw)] = "ready"
+                put(raw, "ready", f"ready:{t}")
         for raw, _ in leased:
-            where[_s(raw)] = "leased"
+            put(raw, "leased", "leased")
         for raw, _ in dead:
-            where[_s(raw)] = "dead"
+            put(raw, "dead", "dead")
+        due = {_s(m): int(s) for m, s in delayed}
         deadlines = {_s(m): int(s) for m, s in leased}
         dead_since = {_s(m): int(s) for m, s in dead}
+        tokens = {_s(m): _s(v) for m, v in tokens_raw.items()}
+        records = {_s(m): blob for m, blob in jobs_raw.items()}
         snapshot = Snapshot()
-        for raw_member, blob in jobs_raw.items():
-            name = _s(raw_member)
+
+        def problem(name: str, text: str) -> None:
+            snapshot.problems.setdefault(split_member(name), []).append(text)
+
+        for name, blob in records.items():
             t, i = split_member(name)
-            token = tokens.get(raw_member)
-            snapshot.jobs[(t, i)] = self._info(
+            state = where.get(name, "ready")
+            info = self._info(
                 t,
                 i,
-                where.get(name, "ready"),
+                state,
                 _record.unpack(blob),
-                None if token is None else _s(token),
+                tokens.get(name),
                 deadlines.get(name),
                 dead_since.get(name),
             )
+            if state == "delayed" and info.due_ms != due[name]:
+                info = dataclasses.replace(info, due_ms=due[name])
+            snapshot.jobs[(t, i)] = info
+            found = places.get(name, [])
+            if len(found) != 1:
+                problem(name, f"in {' and '.join(found) or 'no structure'}")
+            if (name in tokens) != (name in deadlines):
+                problem(name, "has a lease token but no deadline, or the reverse")
+        for name, found in places.items():
+            if name not in records:
+                problem(name, f"in {' and '.join(found)} without a record")
+        for name in tokens:
+            if name not in records:
+                problem(name, "has a lease token without a record")
         return snapshot
 
     def audit_entries(

@@ -2,7 +2,9 @@
 -- Conventions every transition script follows:
 --   ARGV[1] now_ms (the caller's clock; scripts never read the server clock)
 --   ARGV[2] audit trim kind: "MAXLEN", "MINID" or "NONE"
---   ARGV[3] audit trim threshold (approximate, `~`)
+--   ARGV[3] audit trim threshold (approximate, `~`): entries to keep for MAXLEN; for MINID, how
+--           many ms of history to keep before the newest entry's id (the server's clock, so a
+--           skewed caller can never trim the entry it just wrote)
 --   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists)
 -- A job is a member string "<topic>|<id>"; topics never contain "|", so the first "|" splits it.
 local rcall = redis.call
@@ -20,12 +22,14 @@ local function ready_key(topic)
   return prefix .. 'ready:' .. topic
 end
 
+local minid_trimmed = false
+
 -- Appends one audit event; `fields` is a flat list of name, value pairs after e/t/i/a/ms.
 local function audit(stream, event, member, attempt, fields)
   local topic, id = split_member(member)
   local args = {stream}
-  if trim_kind == 'MAXLEN' or trim_kind == 'MINID' then
-    args[#args + 1] = trim_kind
+  if trim_kind == 'MAXLEN' then
+    args[#args + 1] = 'MAXLEN'
     args[#args + 1] = '~'
     args[#args + 1] = trim_arg
   end
@@ -35,7 +39,15 @@ local function audit(stream, event, member, attempt, fields)
   if fields then
     for _, v in ipairs(fields) do args[#args + 1] = v end
   end
-  rcall('XADD', unpack(args))
+  local entry_id = rcall('XADD', unpack(args))
+  -- MINID is measured back from the id just written, once per script call (the threshold barely
+  -- moves within one call); ids are the server's milliseconds, now_ms is only the caller's.
+  if trim_kind == 'MINID' and not minid_trimmed then
+    minid_trimmed = true
+    local newest_ms = tonumber(string.match(entry_id, '^(%d+)'))
+    local oldest_ms = math.max(0, newest_ms - tonumber(trim_arg))
+    rcall('XTRIM', stream, 'MINID', '~', string.format('%d-0', oldest_ms))
+  end
 end
 
 -- Runs `command key value...` over a long list in slices: Lua's unpack() refuses more than about

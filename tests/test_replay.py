@@ -1,0 +1,225 @@
+"""Replay folds the audit stream back into state: one job's history, every job at a chosen time,
+and drift against the live state. Retention trims the stream; replay then says what is partial.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from actors.clock import FakeClock
+from actors.errors import ErrorCode
+from actors.model import State
+from actors.replay import Drift, compare, fold, history
+from actors.store import AuditRetention, Store, TopicConfig
+
+
+def busy_store(store: Store, clock: FakeClock) -> dict[str, int]:
+    """Runs a few jobs through every transition; returns the clock reading after each phase."""
+    store.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=2_000))
+    marks = {"start": clock.now_ms()}
+    store.add(store.new_job("t", "a", {"n": 1}, delay_ms=500))
+    store.add(store.new_job("t", "b"))
+    store.add(store.new_job("t", "c", delay_ms=10_000))
+    marks["added"] = clock.now_ms()
+    clock.advance(500)
+    store.carry()
+    marks["carried"] = clock.now_ms()
+    clock.advance(100)
+    b, a = store.lease("t", 2)
+    marks["leased"] = clock.now_ms()
+    clock.advance(100)
+    store.fail("t", "a", a.token, "boom")
+    store.ack("t", "b", b.token)
+    store.ack("t", "b", b.token)  # rejected: no state change, but an event
+    marks["ended"] = clock.now_ms()
+    return marks
+
+
+def replayed_states(store: Store, until_ms: int | None = None) -> dict[str, str]:
+    replay = fold(store.iter_audit(), until_ms)
+    assert replay.anomalies == []
+    return {key[1]: job.state.value for key, job in replay.jobs.items()}
+
+
+def test_history_lists_one_jobs_events_in_order(store: Store, fake_clock: FakeClock) -> None:
+    busy_store(store, fake_clock)
+    events = history(store.iter_audit(), "t", "a")
+    assert [f["e"] for _, f in events] == ["added", "ready", "leased", "failed"]
+    assert [f["e"] for _, f in history(store.iter_audit(), "t", "b")] == [
+        "added",
+        "leased",
+        "acked",
+        "rejected",
+    ]
+    assert history(store.iter_audit(), "t", "nobody") == []
+
+
+def test_fold_until_a_time_gives_the_state_at_that_time(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    marks = busy_store(store, fake_clock)
+    assert replayed_states(store, marks["start"] - 1) == {}
+    assert replayed_states(store, marks["added"]) == {"a": "delayed", "b": "ready", "c": "delayed"}
+    assert replayed_states(store, marks["carried"]) == {"a": "ready", "b": "ready", "c": "delayed"}
+    assert replayed_states(store, marks["leased"]) == {"a": "leased", "b": "leased", "c": "delayed"}
+    assert replayed_states(store, marks["ended"]) == {"a": "delayed", "c": "delayed"}
+    replay = fold(store.iter_audit())
+    assert replay.ended == {("t", "b"): State.ACKED}
+    assert replay.jobs[("t", "a")].attempts_failed == 1
+    assert replay.events == 9
+    assert replay.last_ms == marks["ended"]
+
+
+def test_compare_finds_no_drift_in_an_untouched_store(store: Store, fake_clock: FakeClock) -> None:
+    busy_store(store, fake_clock)
+    store.cancel("t", "c")
+    replay = fold(store.iter_audit())
+    assert replay.anomalies == []
+    assert compare(replay, store.snapshot()) == []
+
+
+def drift_after(store: Store, tamper: str) -> list[Drift]:
+    """Runs busy_store's jobs, then changes Redis behind the scripts' back."""
+    k = store.keys
+    client = store.client
+    if tamper == "zadd-due":  # a delayed job's due time moved
+        client.zadd(k.delayed, {"t|c": 1})
+    elif tamper == "zadd-ready-job":  # a ready job also put in the delayed set
+        store.add(store.new_job("t", "r"))
+        client.zadd(k.delayed, {"t|r": 1})
+    elif tamper == "lost-job":  # a record deleted
+        client.hdel(k.jobs, "t|c")
+        client.zrem(k.delayed, "t|c")
+    elif tamper == "ghost":  # a member with no record pushed onto a ready list
+        client.rpush(k.ready("t"), "t|ghost")
+    elif tamper == "token":  # a lease token overwritten
+        store.add(store.new_job("t", "l"))
+        store.lease("t", 1)
+        client.hset(k.tokens, "t|l", "1-1")
+    else:
+        raise AssertionError(tamper)
+    return compare(fold(store.iter_audit()), store.snapshot())
+
+
+@pytest.mark.parametrize(
+    ("tamper", "job", "field"),
+    [
+        ("zadd-due", "c", "due_ms"),
+        ("zadd-ready-job", "r", "structure"),
+        ("lost-job", "c", "exists"),
+        ("ghost", "ghost", "structure"),
+        ("token", "l", "token"),
+    ],
+)
+def test_compare_reports_drift_when_redis_is_changed_behind_the_scripts(
+    store: Store, fake_clock: FakeClock, tamper: str, job: str, field: str
+) -> None:
+    busy_store(store, fake_clock)
+    drift = drift_after(store, tamper)
+    assert [(d.id, d.field) for d in drift] == [(job, field)], drift
+    assert job in str(drift[0])
+
+
+def trimmed_store(
+    client: redis.Redis, clock: FakeClock, retention: AuditRetention
+) -> tuple[Store, str]:
+    """Adds a job, buries its first events under 300 others, then leases and fails it.
+
+    Returns the store and the token of the job's current lease.
+    """
+    store = Store(client, "trim", clock, retention=retention)
+    store.configure_topic("t", TopicConfig(retry_ms=(0, 0), lease_ms=1_000))
+    store.add(store.new_job("t", "old"))
+    store.add(store.new_job("t", "doomed", delay_ms=60_000))
+    store.add(store.new_job("t", "swapped", delay_ms=60_000))
+    store.add(store.new_job("t", "extended", delay_ms=60_000))
+    for n in range(300):
+        store.add(store.new_job("filler", f"f{n}"))
+        clock.advance(1)
+    (lease,) = store.lease("t", 1)
+    assert lease.id == "old"
+    assert store.fail("t", "old", lease.token, "boom") == "ready"
+    (lease,) = store.lease("t", 1)
+    store.cancel("t", "doomed")
+    store.add(store.new_job("t", "swapped", delay_ms=5), replace=True)
+    return store, lease.token
+
+
+def test_replay_after_maxlen_trimming_is_partial_but_agrees_with_the_live_state(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    store, token = trimmed_store(redis_client, fake_clock, AuditRetention("MAXLEN", maxlen=50))
+    length = redis_client.xlen(store.keys.audit)
+    # Approximate: whole nodes of 100 entries go, so somewhat more than maxlen stays.
+    assert 50 <= length < 300
+    replay = fold(store.iter_audit())
+    assert replay.anomalies == []
+    old = replay.jobs[("t", "old")]
+    assert old.partial
+    assert (old.state, old.token) == (State.LEASED, token)
+    assert ("t", "doomed") not in replay.jobs and replay.ended[("t", "doomed")] == State.CANCELLED
+    assert not replay.jobs[("t", "swapped")].partial  # a replace starts the job afresh
+    assert compare(replay, store.snapshot()) == []
+
+
+def test_a_partial_job_whose_first_visible_event_is_an_extend_is_not_drift(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    store = Store(redis_client, "trim", fake_clock, retention=AuditRetention("MAXLEN", maxlen=1))
+    store.add(store.new_job("t", "j"))
+    (lease,) = store.lease("t", 1, "w")
+    for n in range(250):
+        store.add(store.new_job("filler", f"f{n}", delay_ms=1_000))
+    store.extend_many([("t", "j", lease.token, 5_000)])
+    store.cancel("t", "j")
+    replay = fold(store.iter_audit())
+    assert replay.anomalies == []
+    assert replay.jobs[("t", "j")].partial
+    assert compare(replay, store.snapshot()) == []
+    assert store.ack("t", "j", lease.token) is ErrorCode.OK
+    assert compare(fold(store.iter_audit()), store.snapshot()) == []
+
+
+def test_minid_retention_drops_old_entries_and_keeps_recent_ones(
+    redis_client: redis.Redis,
+) -> None:
+    seconds, micros = redis_client.time()
+    clock = FakeClock(seconds * 1_000 + micros // 1_000)
+    store = Store(redis_client, "m", clock, retention=AuditRetention("MINID", retention_ms=200))
+    store.add_many([store.new_job("old", f"o{n}", delay_ms=60_000) for n in range(250)])
+    # The stream's ids come from the server clock; wait (with a deadline) until it has moved on.
+    deadline = clock.now_ms() + 10_000
+    while True:
+        seconds, micros = redis_client.time()
+        server_ms = seconds * 1_000 + micros // 1_000
+        if server_ms > clock.now_ms() + 400 or server_ms > deadline:
+            break
+    assert server_ms <= deadline
+    clock.advance(400)
+    store.add(store.new_job("new", "n"))
+    entries = store.audit_entries()
+    topics = {f["t"] for _, f in entries}
+    assert "new" in topics  # the entry just written always survives
+    # Whole nodes of 100 entries below the threshold go; the last partial node may stay.
+    assert len(entries) <= 51, len(entries)
+
+
+def test_minid_retention_never_trims_the_entry_just_written_when_the_clock_runs_ahead(
+    redis_client: redis.Redis,
+) -> None:
+    # A caller clock far ahead of the server (a skewed host, a fake clock) must not empty the log.
+    clock = FakeClock(4_000_000_000_000)
+    store = Store(redis_client, "m", clock, retention=AuditRetention("MINID", retention_ms=1_000))
+    for n in range(250):
+        store.add(store.new_job("t", f"j{n}", delay_ms=1_000))
+    assert redis_client.xlen(store.keys.audit) == 250
+    replay = fold(store.iter_audit())
+    assert compare(replay, store.snapshot()) == []
+
+
+def test_retention_none_keeps_everything(redis_client: redis.Redis, fake_clock: FakeClock) -> None:
+    store = Store(redis_client, "n", fake_clock, retention=AuditRetention("NONE"))
+    for n in range(300):
+        store.add(store.new_job("t", f"j{n}"))
+    assert redis_client.xlen(store.keys.audit) == 300

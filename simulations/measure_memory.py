@@ -3,7 +3,9 @@
 Adds ``--jobs`` delayed jobs (due in the future, so they stay pending) with JSON bodies of
 ``--body-bytes`` bytes, and reports INFO ``used_memory`` deltas: with the audit stream, and again
 after deleting the audit key, so the cost of the job itself and of its ``added`` event are told
-apart. One ``--seed`` drives the ids and due times, so a run is repeatable.
+apart. Then ``--lifecycle-jobs`` jobs run to completion (added, carried, leased, acked) in another
+namespace, to measure what a finished job leaves in the audit stream. One ``--seed`` drives the
+ids and due times, so a run is repeatable.
 
     python -m simulations.measure_memory            # 100,000 jobs, ~100-byte bodies
     python -m simulations.measure_memory --json     # the same numbers as one JSON object
@@ -31,6 +33,7 @@ from actors.embedded import RedisProcess, server_version
 from actors.store import Store
 
 NAMESPACE = "memory"
+LIFECYCLE_NAMESPACE = "memory-lifecycle"
 TOPIC = "orders"
 BATCH_JOBS = 1_000
 DELAY_MIN_MS = 3_600_000  # an hour: nothing becomes due while we measure
@@ -51,6 +54,9 @@ class Result:
     per_audit_entry_bytes: float
     key_usage_bytes: dict[str, int]
     add_seconds: float
+    lifecycle_jobs: int
+    lifecycle_audit_entries: int
+    lifecycle_per_audit_entry_bytes: float
 
 
 def body_of_size(body_bytes: int, n: int) -> dict[str, object]:
@@ -98,7 +104,25 @@ def add_jobs(store: Store, jobs: int, body_bytes: int, rng: random.Random) -> fl
     return time.perf_counter() - started
 
 
-def measure(jobs: int, body_bytes: int, seed: int) -> Result:
+def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int, int]:
+    """Runs jobs through added, ready, leased, acked; returns (audit entries, audit bytes)."""
+    clock = FakeClock()
+    store = Store(client, LIFECYCLE_NAMESPACE, clock)
+    for first in range(0, jobs, BATCH_JOBS):
+        numbers = range(first, min(jobs, first + BATCH_JOBS))
+        store.add_many(
+            [store.new_job(TOPIC, f"order-{n:08d}", body_of_size(body_bytes, n), delay_ms=1)
+             for n in numbers]
+        )  # fmt: skip
+        clock.advance(1)
+        store.carry(limit=BATCH_JOBS)
+        leases = store.lease(TOPIC, BATCH_JOBS, consumer="measure")
+        store.ack_many([(lease.topic, lease.id, lease.token) for lease in leases])
+    entries = int(client.xlen(store.keys.audit))
+    return entries, int(client.memory_usage(store.keys.audit, samples=0) or 0)
+
+
+def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Result:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="redelay-memory-") as directory:
         server = RedisProcess(directory).start()
@@ -115,6 +139,11 @@ def measure(jobs: int, body_bytes: int, seed: int) -> Result:
             audit_entries = int(client.xlen(store.keys.audit))
             client.delete(store.keys.audit)
             without_audit = used_memory_bytes(client)
+            lifecycle_entries, lifecycle_bytes = (0, 0)
+            if lifecycle_jobs:
+                lifecycle_entries, lifecycle_bytes = run_lifecycles(
+                    client, lifecycle_jobs, body_bytes
+                )
             client.close()
         finally:
             server.kill()
@@ -132,6 +161,9 @@ def measure(jobs: int, body_bytes: int, seed: int) -> Result:
         per_audit_entry_bytes=round((with_audit - without_audit) / max(1, audit_entries), 1),
         key_usage_bytes=usage,
         add_seconds=round(add_seconds, 2),
+        lifecycle_jobs=lifecycle_jobs,
+        lifecycle_audit_entries=lifecycle_entries,
+        lifecycle_per_audit_entry_bytes=round(lifecycle_bytes / max(1, lifecycle_entries), 1),
     )
 
 
@@ -149,6 +181,12 @@ def report(result: Result) -> str:
     ]
     lines += [f"    {name:<24}{size:>14,} bytes" for name, size in result.key_usage_bytes.items()]
     lines.append(f"  adding took {result.add_seconds} s")
+    if result.lifecycle_jobs:
+        lines.append(
+            f"  {result.lifecycle_jobs} jobs run to completion left "
+            f"{result.lifecycle_audit_entries} audit entries, "
+            f"{result.lifecycle_per_audit_entry_bytes:,.1f} bytes each (MEMORY USAGE)"
+        )
     return "\n".join(lines)
 
 
@@ -161,19 +199,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--body-bytes", type=int, default=100, help="JSON body size in bytes (default 100)"
     )
+    parser.add_argument(
+        "--lifecycle-jobs",
+        type=int,
+        default=50_000,
+        help="jobs to run to completion to measure their audit entries (default 50000; 0 skips)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="drives ids and due times")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.body_bytes < 0:
-        parser.error("--jobs must be at least 1 and --body-bytes at least 0")
+    if args.jobs < 1 or args.body_bytes < 0 or args.lifecycle_jobs < 0:
+        parser.error("--jobs must be at least 1, --body-bytes and --lifecycle-jobs at least 0")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.json:
-        print(f"settings: jobs={args.jobs} body_bytes={args.body_bytes} seed={args.seed}")
-    result = measure(args.jobs, args.body_bytes, args.seed)
+        print(
+            f"settings: jobs={args.jobs} body_bytes={args.body_bytes} "
+            f"lifecycle_jobs={args.lifecycle_jobs} seed={args.seed}"
+        )
+    result = measure(args.jobs, args.body_bytes, args.seed, args.lifecycle_jobs)
     print(json.dumps(asdict(result)) if args.json else report(result))
     return 0
 

@@ -1,0 +1,40 @@
+"""The state diagram in docs/lifecycle.md is the model's, so the docs cannot drift from it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from actors.model import state_diagram
+
+LIFECYCLE_DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
+_MERMAID_RE = re.compile(r"^```mermaid\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def mermaid_blocks(text: str) -> list[str]:
+    return [block.removesuffix("\n") for block in _MERMAID_RE.findall(text)]
+
+
+def test_the_lifecycle_page_has_exactly_one_state_diagram() -> None:
+    assert len(mermaid_blocks(LIFECYCLE_DOC.read_text())) == 1
+
+
+def test_the_diagram_in_the_docs_is_the_models_diagram() -> None:
+    [block] = mermaid_blocks(LIFECYCLE_DOC.read_text())
+    assert block == state_diagram(), "regenerate it with: python -m actors.model"
+
+
+def test_python_m_actors_model_prints_the_diagram() -> None:
+    # The docs name this command as the way to regenerate the block.
+    printed = subprocess.run(
+        [sys.executable, "-m", "actors.model"], capture_output=True, text=True, check=True
+    ).stdout
+    assert printed == state_diagram() + "\n"
+
+
+def test_a_changed_diagram_is_noticed() -> None:
+    edited = LIFECYCLE_DOC.read_text().replace("leased --> dead: dead", "leased --> ready: dead")
+    [block] = mermaid_blocks(edited)
+    assert block != state_diagram()

@@ -143,8 +143,15 @@ class RedisSyncedClock(SystemClock):
         self._client = client
         self._refresh_ms = refresh_ms
         self.last_rtt_ms = 0.0
+        self._stop = threading.Event()
         self.sync()
-        self.call_later(refresh_ms, self._refresh)
+        # Refreshing waits on the network (up to the client's timeouts and retries when Redis is
+        # down), so it has its own thread: the timer thread, which drives every actor's ticks,
+        # never waits on it.
+        self._syncer = threading.Thread(
+            target=self._refresh_loop, name="redelay-clock-sync", daemon=True
+        )
+        self._syncer.start()
 
     def sync(self) -> float:
         """Measures the offset to the server; returns it in ms."""
@@ -168,10 +175,20 @@ class RedisSyncedClock(SystemClock):
     def _refresh(self) -> None:
         try:
             self.sync()
-        except redis.RedisError as exc:  # keep the last offset; try again next time
-            log.warning("clock sync with Redis failed: %s", exc)
-        if not self._closed:
-            self.call_later(self._refresh_ms, self._refresh)
+        except Exception as exc:  # keep the last offset; try again next time
+            # Any error: an escaping one would end the refresh thread for good. After close()
+            # the client may be closed under a refresh; that is not worth a warning.
+            if not self._stop.is_set():
+                log.warning("clock sync with Redis failed: %s", exc)
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self._refresh_ms / 1000):
+            self._refresh()
+
+    def close(self) -> None:
+        """Stops the timer thread and the refreshes (a refresh under way finishes on its own)."""
+        self._stop.set()
+        super().close()
 
 
 class FakeClock:

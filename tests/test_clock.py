@@ -1,0 +1,294 @@
+"""Clocks: the fake one moves only when told, the system one runs timers on its own thread, and
+the Redis-synced one measures its offset to the server's TIME.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
+from actors.embedded import RedisProcess
+
+WAIT_S = 5.0  # generous: a loaded 2-core machine may be slow to schedule the timer thread
+
+
+def recorder(clock: FakeClock, seen: list[tuple[str, int]], name: str) -> Callable[[], None]:
+    def fire() -> None:
+        seen.append((name, clock.now_ms()))
+
+    return fire
+
+
+# -- FakeClock ------------------------------------------------------------------------------
+
+
+def test_fake_clock_moves_only_when_told() -> None:
+    clock = FakeClock(start_ms=1_000)
+    assert clock.now_ms() == 1_000
+    assert clock.now_ms() == 1_000
+    clock.advance(250)
+    assert clock.now_ms() == 1_250
+
+
+def test_fake_timers_fire_inside_advance_in_due_order_at_their_own_time() -> None:
+    clock = FakeClock(start_ms=0)
+    seen: list[tuple[str, int]] = []
+    clock.call_at(30, recorder(clock, seen, "c"))
+    clock.call_later(10, recorder(clock, seen, "a"))
+    clock.call_at(20, recorder(clock, seen, "b1"))
+    clock.call_at(20, recorder(clock, seen, "b2"))  # ties fire in the order they were set
+    clock.call_at(99, recorder(clock, seen, "late"))
+    assert clock.pending() == 5 and clock.next_timer_ms() == 10
+    clock.advance(29)
+    assert seen == [("a", 10), ("b1", 20), ("b2", 20)]
+    assert clock.now_ms() == 29
+    clock.advance(1)
+    assert seen[-1] == ("c", 30)
+    assert clock.pending() == 1 and clock.next_timer_ms() == 99
+
+
+def test_a_timer_set_by_a_timer_fires_in_the_same_advance_when_due() -> None:
+    clock = FakeClock(start_ms=0)
+    seen: list[tuple[str, int]] = []
+
+    def first() -> None:
+        seen.append(("first", clock.now_ms()))
+        clock.call_later(5, recorder(clock, seen, "second"))
+
+    clock.call_at(10, first)
+    clock.advance(100)
+    assert seen == [("first", 10), ("second", 15)]
+    assert clock.now_ms() == 100
+
+
+def test_a_cancelled_fake_timer_never_fires() -> None:
+    clock = FakeClock(start_ms=0)
+    seen: list[tuple[str, int]] = []
+    timer = clock.call_at(10, recorder(clock, seen, "x"))
+    clock.call_at(20, recorder(clock, seen, "y"))
+    timer.cancel()
+    assert clock.pending() == 1
+    clock.advance(100)
+    assert seen == [("y", 20)]
+
+
+def test_jump_moves_time_without_running_timers_and_never_backwards_with_advance() -> None:
+    clock = FakeClock(start_ms=1_000)
+    seen: list[tuple[str, int]] = []
+    clock.call_at(1_500, recorder(clock, seen, "x"))
+    clock.jump(1_000)
+    assert clock.now_ms() == 2_000 and seen == []
+    clock.advance(0)  # the next advance runs what the jump skipped over
+    assert seen == [("x", 2_000)]
+    clock.jump(-5_000)  # a clock step backwards, as NTP may do
+    assert clock.now_ms() == -3_000
+    with pytest.raises(ValueError, match="backwards"):
+        clock.advance(-1)
+
+
+def test_close_drops_pending_fake_timers() -> None:
+    clock = FakeClock(start_ms=0)
+    seen: list[tuple[str, int]] = []
+    clock.call_at(1, recorder(clock, seen, "x"))
+    clock.close()
+    clock.advance(10)
+    assert seen == [] and clock.pending() == 0
+
+
+# -- SystemClock ----------------------------------------------------------------------------
+
+
+def test_system_clock_reads_wall_time_plus_its_offset() -> None:
+    plain, ahead = SystemClock(), SystemClock(offset_ms=60_000)
+    before = time.time() * 1000
+    value, shifted = plain.now_ms(), ahead.now_ms()
+    after = time.time() * 1000
+    assert before - 1 <= value <= after + 1
+    assert before + 60_000 - 1 <= shifted <= after + 60_000 + 1
+
+
+def test_system_clock_timers_fire_on_their_thread_in_order() -> None:
+    clock = SystemClock()
+    fired: list[str] = []
+    done = threading.Event()
+    threads: set[str] = set()
+
+    def make(name: str) -> Callable[[], None]:
+        def fire() -> None:
+            fired.append(name)
+            threads.add(threading.current_thread().name)
+            if name == "last":
+                done.set()
+
+        return fire
+
+    try:
+        start = clock.now_ms()
+        clock.call_later(40, make("last"))
+        clock.call_later(20, make("second"))
+        clock.call_at(start, make("first"))
+        assert done.wait(WAIT_S)
+        assert fired == ["first", "second", "last"]
+        assert threads == {"redelay-clock"}
+        assert clock.now_ms() >= start + 40
+    finally:
+        clock.close()
+
+
+def test_a_cancelled_system_timer_never_fires() -> None:
+    clock = SystemClock()
+    cancelled = threading.Event()
+    later = threading.Event()
+    try:
+        timer = clock.call_later(10, cancelled.set)
+        timer.cancel()
+        clock.call_later(30, later.set)
+        assert later.wait(WAIT_S)  # the cancelled one was due first
+        assert not cancelled.is_set()
+    finally:
+        clock.close()
+
+
+def test_a_failing_callback_does_not_stop_the_timer_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = SystemClock()
+    after = threading.Event()
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    try:
+        with caplog.at_level(logging.ERROR, logger="actors.clock"):
+            clock.call_later(0, boom)
+            clock.call_later(20, after.set)
+            assert after.wait(WAIT_S)
+        assert any("timer callback failed" in r.getMessage() for r in caplog.records)
+    finally:
+        clock.close()
+
+
+def test_a_closed_system_clock_runs_no_more_timers() -> None:
+    clock = SystemClock()
+    first = threading.Event()
+    clock.call_later(0, first.set)
+    assert first.wait(WAIT_S)
+    clock.close()
+    second = threading.Event()
+    clock.call_later(0, second.set)
+    assert not second.wait(0.2)  # a bounded wait for something that must not happen
+
+
+# -- RedisSyncedClock -----------------------------------------------------------------------
+
+
+def server_ms(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros / 1000
+
+
+def test_synced_clock_offset_is_within_half_a_round_trip_on_loopback(
+    redis_client: redis.Redis,
+) -> None:
+    clock = RedisSyncedClock(redis_client)
+    try:
+        # Same host, same clock: the true offset is 0, so what is measured is the error. The
+        # midpoint assumption is off by at most half the round trip; 1 ms covers rounding.
+        assert clock.last_rtt_ms > 0
+        assert abs(clock.offset_ms) <= clock.last_rtt_ms / 2 + 1, (
+            clock.offset_ms,
+            clock.last_rtt_ms,
+        )
+        assert abs(clock.offset_ms) < 50  # and that is small on loopback
+        before = server_ms(redis_client)
+        mine = clock.now_ms()
+        after = server_ms(redis_client)
+        assert before - 2 <= mine <= after + 2
+    finally:
+        clock.close()
+
+
+def test_synced_clock_is_a_clock(redis_client: redis.Redis) -> None:
+    clocks: list[Clock] = [FakeClock(), SystemClock(), RedisSyncedClock(redis_client)]
+    for clock in clocks:
+        assert isinstance(clock.now_ms(), int)
+        clock.close()
+
+
+class CountingClock(RedisSyncedClock):
+    """Counts syncs and failures, and can hang a sync as a slow network would (real Redis)."""
+
+    def __init__(self, client: redis.Redis, refresh_ms: int) -> None:
+        self.syncs = 0
+        self.synced = threading.Event()
+        self.failed = threading.Event()
+        self.hang = threading.Event()
+        self.hanging = threading.Event()
+        self.release = threading.Event()
+        super().__init__(client, refresh_ms)
+
+    def sync(self) -> float:
+        if self.hang.is_set():
+            self.hanging.set()
+            self.release.wait(WAIT_S)
+        try:
+            return super().sync()
+        except redis.RedisError:
+            self.failed.set()
+            raise
+        finally:
+            self.syncs += 1
+            if self.syncs >= 3:
+                self.synced.set()
+
+
+def test_synced_clock_refreshes_its_offset(redis_client: redis.Redis) -> None:
+    clock = CountingClock(redis_client, refresh_ms=20)
+    try:
+        assert clock.synced.wait(WAIT_S)
+    finally:
+        clock.close()
+
+
+def test_a_slow_refresh_does_not_hold_up_the_timers(redis_client: redis.Redis) -> None:
+    # Timers drive every actor's ticks; a refresh waiting on the network must not delay them.
+    clock = CountingClock(redis_client, refresh_ms=20)
+    fired = threading.Event()
+    try:
+        clock.hang.set()
+        assert clock.hanging.wait(WAIT_S)
+        clock.call_later(10, fired.set)
+        assert fired.wait(2.0)
+    finally:
+        clock.release.set()
+        clock.close()
+
+
+def test_synced_clock_keeps_its_offset_when_redis_goes_away(
+    redis_factory: Callable[..., RedisProcess], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = redis_factory()
+    # No client-side retries, so each failed refresh is quick.
+    client = server.client(socket_timeout=1, retry=Retry(NoBackoff(), 0))
+    clock = CountingClock(client, refresh_ms=20)
+    try:
+        offset = clock.offset_ms
+        with caplog.at_level(logging.WARNING, logger="actors.clock"):
+            server.kill()
+            assert clock.failed.wait(WAIT_S)
+            clock.synced.clear()
+            clock.syncs = 0
+            assert clock.synced.wait(WAIT_S)  # it goes on trying
+        assert clock.offset_ms == offset
+        assert any("clock sync with Redis failed" in r.getMessage() for r in caplog.records)
+    finally:
+        clock.close()
+        client.close()

@@ -102,9 +102,16 @@ class RedisProcess:
             "--logfile", str(self.directory / "redis.log"),
             *self.extra_args,
         ]  # fmt: skip
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, start_new_session=self.new_session
-        )
+        if self.new_session:
+            # A server that may outlive this process must not hold its stdout/stderr (a pipe
+            # reader would wait for it); what it prints before its log file opens goes there too.
+            with open(self.directory / "redis.log", "ab") as output:
+                self.process = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                    start_new_session=True,
+                )  # fmt: skip
+        else:
+            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         probe = self.client(socket_timeout=1)
         try:

@@ -1,0 +1,314 @@
+"""Runs one scenario on one system against a fresh private redis-server and builds its record.
+
+The timeline per kind:
+- immediate: fill the queue (no worker yet), note memory, start the worker, wait for every job;
+- burst: start the worker, fill with one due time far enough ahead that filling ends first,
+  note memory, wait;
+- steady: start the worker, add jobs at the rate for the duration, wait;
+- enqueue: fill (single calls or batches), note memory; no worker.
+Server statistics are read before the first job and after the last delivery, and the runner's own
+commands (INFO and MEMORY USAGE) are subtracted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .jobs import now_ms
+from .scenarios import Scenario
+from .server import BenchServer, ServerStats, tree_cpu_ms
+from .spec import AgentSpec, Role
+from .stats import lateness_summary, per_1k, per_job, quantiles
+from .systems import SystemInfo
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODE_DIR = Path(__file__).resolve().parent / "node"
+READY_TIMEOUT_S = 60.0
+PRODUCER_TIMEOUT_S = 900.0
+STOP_GRACE_S = 5.0
+DUMP_TIMEOUT_S = 5.0
+AUDIT_KEY = "redelay:{bench.0}:audit"  # the one shard of namespace "bench"
+BURST_LEAD_MAX_S = 300.0
+DEFAULT_ENQUEUE_RATE = 2_000.0  # jobs/s assumed for the burst lead when nothing was measured
+
+
+class AgentFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Agent:
+    process: subprocess.Popen[bytes]
+    spec: AgentSpec
+    log_path: Path
+
+    @property
+    def out(self) -> Path:
+        return Path(self.spec.out_path)
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text()[-3000:]
+        except OSError:
+            return ""
+
+    def wait_file(self, path: Path, timeout_s: float) -> dict[str, Any] | None:
+        """The JSON in ``path`` once it exists; None on timeout; raises if the agent died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if path.exists():
+                data: dict[str, Any] = json.loads(path.read_text())
+                return data
+            if self.process.poll() is not None and not path.exists():
+                raise AgentFailed(
+                    f"{self.spec.system} {self.spec.role} exited with {self.process.returncode}:\n"
+                    + self.log_tail()
+                )
+            time.sleep(0.01)
+        return None
+
+    def request(self, what: str) -> None:
+        self.out.with_name(self.out.name + "." + what).touch()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.request("stop")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=STOP_GRACE_S)
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # the group we started for it
+            self.process.wait(timeout=30)
+
+
+@dataclass
+class RunContext:
+    """Where a run keeps its files and what it learnt that later scenarios use."""
+
+    workdir: Path
+    seed: int
+    enqueue_rate_hint: dict[str, float] = field(default_factory=dict)
+    profile_to: Path | None = None  # wrap the next worker in py-spy, writing raw stacks here
+
+
+def agent_command(system: SystemInfo, spec_path: Path, profile_to: Path | None) -> list[str]:
+    if system.is_node:
+        return ["node", str(NODE_DIR / "bullmq.mjs"), str(spec_path)]
+    command = [sys.executable, "-m", "simulations.bench.agent", str(spec_path)]
+    if profile_to is not None:
+        py_spy = Path(sys.executable).with_name("py-spy")
+        prefix = [str(py_spy), "record", "--format", "raw", "--rate", "250", "--nonblocking"]
+        command = [*prefix, "--output", str(profile_to), "--", *command]
+    return command
+
+
+def start_agent(
+    system: SystemInfo,
+    role: Role,
+    scenario: Scenario,
+    server: BenchServer,
+    context: RunContext,
+    *,
+    expected: int = 0,
+    burst_due_ms: int = 0,
+    profile_to: Path | None = None,
+) -> Agent:
+    directory = context.workdir
+    stem = f"{system.name}.{scenario.name}.{role}"
+    spec = AgentSpec(
+        system=system.name,
+        role=role,
+        socket_path=server.socket_path,
+        scenario=scenario,
+        out_path=str(directory / f"{stem}.out.json"),
+        ready_path=str(directory / f"{stem}.ready.json"),
+        expected=expected,
+        burst_due_ms=burst_due_ms,
+        seed=context.seed,
+    )
+    spec_path = directory / f"{stem}.spec.json"
+    spec.write(spec_path)
+    log_path = directory / f"{stem}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            agent_command(system, spec_path, profile_to),
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so stop() ends helpers it forked
+        )
+    return Agent(process, spec, log_path)
+
+
+def run_producer(
+    system: SystemInfo,
+    scenario: Scenario,
+    server: BenchServer,
+    context: RunContext,
+    burst_due_ms: int = 0,
+) -> dict[str, Any]:
+    agent = start_agent(system, "producer", scenario, server, context, burst_due_ms=burst_due_ms)
+    try:
+        result = agent.wait_file(agent.out, PRODUCER_TIMEOUT_S)
+        if result is None:
+            raise AgentFailed(f"{system.name} producer did not finish in {PRODUCER_TIMEOUT_S} s")
+        return result
+    finally:
+        agent.stop()
+
+
+def start_worker(
+    system: SystemInfo, scenario: Scenario, server: BenchServer, context: RunContext
+) -> tuple[Agent, dict[str, Any]]:
+    agent = start_agent(
+        system,
+        "worker",
+        scenario,
+        server,
+        context,
+        expected=scenario.jobs,
+        profile_to=context.profile_to,
+    )
+    ready = agent.wait_file(Path(agent.spec.ready_path), READY_TIMEOUT_S)
+    if ready is None:
+        agent.stop()
+        raise AgentFailed(f"{system.name} worker not ready in {READY_TIMEOUT_S} s")
+    ready["tree_cpu_ms"] = tree_cpu_ms(agent.process.pid)
+    agent.request("go")
+    return agent, ready
+
+
+def collect_deliveries(
+    agent: Agent, ready: dict[str, Any], timeout_s: float
+) -> tuple[dict[str, Any], float]:
+    """The worker's deliveries (all, or what arrived by the deadline) and the CPU it spent.
+
+    CPU is read from /proc for the worker and every process it started (Celery's pool child,
+    RQ's scheduler), from its go to its last delivery (or the deadline).
+    """
+    result = agent.wait_file(agent.out, timeout_s)
+    spent_ms = tree_cpu_ms(agent.process.pid) - float(ready["tree_cpu_ms"])
+    if result is None:
+        agent.request("dump")
+        result = agent.wait_file(agent.out, DUMP_TIMEOUT_S)
+    if result is None:  # nothing was delivered, so no process had anything to dump
+        result = {"delivered": 0, "duplicates": 0, "first_ms": None, "last_ms": None}
+        result["lateness_ms"] = []
+    return result, spent_ms
+
+
+def burst_lead_s(system: SystemInfo, scenario: Scenario, context: RunContext) -> float:
+    rate = context.enqueue_rate_hint.get(system.name, DEFAULT_ENQUEUE_RATE)
+    return min(BURST_LEAD_MAX_S, max(scenario.burst_lead_min_s, 1.0 + 1.5 * scenario.jobs / rate))
+
+
+def memory_per_job(
+    server: BenchServer, before: ServerStats, jobs: int, system: SystemInfo
+) -> dict[str, float | None]:
+    after = server.settled_stats()
+    # Loading a script is a one-off cost, not a per-job one.
+    scripts_grown = after.scripts_memory - before.scripts_memory
+    grown = after.used_memory - before.used_memory - scripts_grown
+    found: dict[str, float | None] = {"redis_memory_bytes_per_pending_job": per_job(grown, jobs)}
+    if system.name.startswith("redelay"):
+        audit = server.memory_usage(AUDIT_KEY)
+        found["redis_memory_bytes_per_pending_job_without_audit"] = per_job(grown - audit, jobs)
+    return found
+
+
+def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) -> dict[str, Any]:
+    """Runs one scenario on a fresh server; returns the record (see report.RECORD_FIELDS)."""
+    server_dir = context.workdir / f"redis-{system.name}-{scenario.name}"
+    server = BenchServer(server_dir)
+    record: dict[str, Any] = {"system": system.name, "scenario": scenario.name}
+    record["jobs"] = scenario.jobs
+    worker: Agent | None = None
+    started = time.monotonic()
+    try:
+        worker_ready: dict[str, Any] | None = None
+        if scenario.kind in ("burst", "steady"):
+            worker, worker_ready = start_worker(system, scenario, server, context)
+        own_before = server.own_commands
+        before = server.settled_stats()
+        burst_due_ms = 0
+        if scenario.kind == "burst":
+            burst_due_ms = int(now_ms() + burst_lead_s(system, scenario, context) * 1000)
+        produced = run_producer(system, scenario, server, context, burst_due_ms)
+        record["enqueue_jobs_per_s"] = round(produced["jobs_per_s"], 1)
+        record["enqueue_batch_api"] = produced["batch_api"]
+        client_cpu_ms = float(produced["cpu_ms"])
+        if scenario.kind == "immediate":
+            context.enqueue_rate_hint[system.name] = produced["jobs_per_s"]
+        if scenario.kind in ("immediate", "enqueue") or (
+            scenario.kind == "burst" and now_ms() < burst_due_ms - 200
+        ):
+            record.update(memory_per_job(server, before, scenario.jobs, system))
+        elif scenario.kind == "burst":
+            record["notes"] = ["filling ended after the due time: memory not measured"]
+        delivered = 0
+        if scenario.deliver:
+            if worker is None:
+                worker, worker_ready = start_worker(system, scenario, server, context)
+            assert worker_ready is not None
+            wait_s = scenario.wait_s
+            if scenario.kind == "burst":
+                wait_s += max(0.0, (burst_due_ms - now_ms()) / 1000)
+            deliveries, worker_cpu_ms = collect_deliveries(worker, worker_ready, wait_s)
+            client_cpu_ms += worker_cpu_ms
+            delivered = int(deliveries["delivered"])
+            record.update(delivery_fields(deliveries, scenario))
+        own = server.own_commands - own_before
+        after = server.stats()
+        commands = after.commands - before.commands - own
+        record["redis_commands"] = commands
+        record["redis_calls_by_command"] = top_calls(before, after)
+        if scenario.deliver:
+            record["redis_commands_per_delivered_job"] = per_job(commands, delivered)
+        else:
+            record["redis_commands_per_enqueued_job"] = per_job(commands, scenario.jobs)
+        jobs_done = delivered if scenario.deliver else scenario.jobs
+        record["client_cpu_ms_per_1k_jobs"] = per_1k(client_cpu_ms, jobs_done)
+        record["redis_cpu_ms_per_1k_jobs"] = per_1k(after.cpu_ms - before.cpu_ms, jobs_done)
+        record["redis_version"] = server.version()
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
+    record["wall_s"] = round(time.monotonic() - started, 2)
+    return record
+
+
+def delivery_fields(deliveries: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    lateness: list[float] = deliveries["lateness_ms"]
+    delivered = int(deliveries["delivered"])
+    missing = scenario.jobs - delivered
+    fields: dict[str, Any] = {"delivered": delivered, "missing": missing}
+    fields["duplicates"] = int(deliveries["duplicates"])
+    first, last = deliveries["first_ms"], deliveries["last_ms"]
+    rate = None
+    if delivered > 1 and first is not None and last > first:
+        rate = round((delivered - 1) / ((last - first) / 1000), 1)
+    fields["delivered_jobs_per_s"] = rate
+    fields.update(lateness_summary(lateness, missing))
+    fields["lateness_ms_quantiles"] = quantiles(lateness)
+    return fields
+
+
+def top_calls(before: ServerStats, after: ServerStats, count: int = 12) -> dict[str, int]:
+    """The commands Redis ran most in the window (scripts' inner commands included)."""
+    grown = {
+        name: calls - before.calls.get(name, 0)
+        for name, calls in after.calls.items()
+        if calls - before.calls.get(name, 0) > 0 and name not in ("info", "memory|usage")
+    }
+    return dict(sorted(grown.items(), key=lambda item: -item[1])[:count])

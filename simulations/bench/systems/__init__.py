@@ -1,0 +1,122 @@
+"""The systems under test: one module per system, listed here with how each is configured.
+
+A Python system module defines ``BATCH_API`` (how it sends many jobs in one call, or None),
+``produce(spec, due) -> ProduceResult`` and ``work(spec, recorder)`` (blocks while consuming).
+BullMQ runs in Node.js (``node/bullmq.mjs``) and speaks the same spec and result files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import shutil
+from dataclasses import dataclass
+from types import ModuleType
+
+
+@dataclass(frozen=True, slots=True)
+class SystemInfo:
+    name: str
+    module: str | None  # Python module under simulations.bench.systems, None for Node.js
+    packages: tuple[str, ...]  # distributions whose versions the report lists
+    config: str  # how it is configured, for docs/benchmarks.md
+    batch_api: str | None
+
+    @property
+    def is_node(self) -> bool:
+        return self.module is None
+
+    def load(self) -> ModuleType:
+        assert self.module is not None
+        return importlib.import_module(f"simulations.bench.systems.{self.module}")
+
+    def missing(self) -> str | None:
+        """Why this system cannot run here, or None."""
+        if self.is_node:
+            return None if shutil.which("node") else "node is not on PATH"
+        for package in self.packages:
+            try:
+                importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                return f"{package} is not installed (pip install -e '.[bench]')"
+        return None
+
+    def versions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for package in self.packages:
+            try:
+                found[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return found
+
+
+SYSTEMS: tuple[SystemInfo, ...] = (
+    SystemInfo(
+        "redelay",
+        "redelay_queue",
+        ("redelay", "redis", "pykka"),
+        "DelayQueue with one handler (concurrency 10), default settings: audit stream on "
+        "(MAXLEN ~1,000,000), RedisSyncedClock, default lease and retry schedule.",
+        "add_many: one Lua call per batch",
+    ),
+    SystemInfo(
+        "redelay-store",
+        "redelay_store",
+        ("redelay", "redis"),
+        "No actors: one thread looping carry(1000) / lease(100) / ack_many on the Store, waking "
+        "on the wake channel or the next due time. The ceiling for the actor system above.",
+        "add_many: one Lua call per batch",
+    ),
+    SystemInfo(
+        "arq",
+        "peer_arq",
+        ("arq", "redis", "hiredis"),
+        "Worker defaults (max_jobs 10, poll_delay 0.5 s, keep_result 3600 s); async handler; "
+        "delays with _defer_by / _defer_until.",
+        None,
+    ),
+    SystemInfo(
+        "rq",
+        "peer_rq",
+        ("rq", "redis"),
+        "SimpleWorker (no fork per job) with the built-in scheduler (with_scheduler=True, "
+        "polls every 1 s); delays with enqueue_at; result_ttl default (500 s).",
+        "enqueue_many / schedule_job on one pipeline",
+    ),
+    SystemInfo(
+        "dramatiq",
+        "peer_dramatiq",
+        ("dramatiq", "redis"),
+        "RedisBroker, Worker with the default 8 threads and default middleware; max_retries=0; "
+        "delays with send_with_options(delay=ms) (the worker holds due-later messages in memory).",
+        None,
+    ),
+    SystemInfo(
+        "saq",
+        "peer_saq",
+        ("saq", "redis"),
+        "Worker defaults (concurrency 10, schedule poll every 1 s); delays with scheduled= "
+        "(whole epoch seconds, rounded up so no job is due early).",
+        None,
+    ),
+    SystemInfo(
+        "celery",
+        "peer_celery",
+        ("celery", "kombu", "redis"),
+        "Redis broker, default prefork pool with one child (concurrency 1), task_ignore_result, "
+        "no heartbeat/mingle/gossip; delays with eta (countdown): the worker holds ETA tasks in "
+        "its memory until due (and Redis in its unacked hash).",
+        None,
+    ),
+    SystemInfo(
+        "bullmq",
+        None,
+        (),
+        "Node.js; Worker concurrency 10, removeOnComplete; delays with the delay option; "
+        "ioredis with maxRetriesPerRequest null as the docs require for workers.",
+        "addBulk: one MULTI of Lua calls",
+    ),
+)
+
+BY_NAME = {system.name: system for system in SYSTEMS}

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import IO
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .embedded import RedisProcess
 
@@ -75,7 +77,12 @@ def _answering(socket_path: str, timeout_s: float) -> bool:
     """
     if not os.path.exists(socket_path):
         return False
-    client = redis.Redis(unix_socket_path=socket_path, socket_timeout=5, socket_connect_timeout=1)
+    client = redis.Redis(
+        unix_socket_path=socket_path,
+        socket_timeout=5,
+        socket_connect_timeout=1,
+        retry=Retry(NoBackoff(), 0),  # a refused connection is an answer, not a hiccup
+    )
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -161,7 +168,8 @@ class EmbeddedServer:
         if self._process is not None and self._process.process is not None:
             self._process.stop()  # SIGTERM: Redis flushes the append-only file and exits
             return
-        client = self.client(socket_timeout=STOP_TIMEOUT_S)
+        # No retries: the server closing the connection is the expected answer to SHUTDOWN.
+        client = self.client(socket_timeout=STOP_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
         try:
             client.shutdown()  # the same as SIGTERM, for a server another process started
         except redis.ConnectionError:

@@ -282,7 +282,9 @@ def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error("dead list: --limit must be at least 1")
     if args.id is not None:
         info = store.get(args.topic, args.id)
-        infos = [info] if info is not None and info.state == "dead" else []
+        if info is None or info.state != "dead":
+            raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
+        infos = [info]
     else:
         infos = store.dead(args.topic, args.limit)
     if ctx.json:

@@ -121,9 +121,30 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+# Options whose values may be relative times like "-5m", which argparse would take for options.
+TIME_OPTIONS = ("--at", "--since")
+
+
+def _join_relative_times(argv: Sequence[str]) -> list[str]:
+    """``--at -5m`` -> ``--at=-5m`` so both spellings work."""
+    out: list[str] = []
+    items = list(argv)
+    n = 0
+    while n < len(items):
+        item = items[n]
+        following = items[n + 1] if n + 1 < len(items) else ""
+        if item in TIME_OPTIONS and following[:1] == "-" and following[1:2].isdigit():
+            out.append(f"{item}={following}")
+            n += 2
+            continue
+        out.append(item)
+        n += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_relative_times(sys.argv[1:] if argv is None else argv))
     ctx = Context(
         args,
         json=getattr(args, "json", False),

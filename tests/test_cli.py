@@ -1,0 +1,491 @@
+"""The redelay command, run as a subprocess against a private redis-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from actors.clock import SystemClock
+from actors.embedded import RedisProcess
+from actors.embedded_default import socket_path_for
+from actors.keys import member
+from actors.store import Store
+
+NS = "clitest"
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDELAY_")}
+    if "REDELAY_REDIS_SERVER" in os.environ:  # how the suite finds redis-server: keep it
+        env["REDELAY_REDIS_SERVER"] = os.environ["REDELAY_REDIS_SERVER"]
+    return env
+
+
+def run(
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env or base_env(),
+        input=stdin,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+class Cli:
+    """The command bound to the fixture's server and a test namespace."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return run(*args, "--redis", self.url, "--namespace", NS, stdin=stdin)
+
+    def json(self, *args: str, code: int = 0) -> Any:
+        result = self(*args, "--json")
+        assert result.returncode == code, result.stderr
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def cli(redis_client: redis.Redis, redis_server: RedisProcess) -> Cli:
+    return Cli(redis_server.url)
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis) -> Store:  # a real-time store on the same namespace
+    return Store(redis_client, NS, SystemClock())
+
+
+def make_dead(store: Store, topic: str, job_id: str) -> None:
+    """Two failed attempts on a one-step schedule: dead."""
+    store.add(store.new_job(topic, job_id, {"n": 1}, retry_ms=[0]))
+    for _ in range(2):
+        (lease,) = store.lease(topic, 1)
+        store.fail(topic, job_id, lease.token, "boom", 0)
+    info = store.get(topic, job_id)
+    assert info is not None and info.state == "dead"
+
+
+# -- help and usage ---------------------------------------------------------------------------
+
+SUBCOMMANDS = ["demo", "worker", "add", "cancel", "get", "stats", "dead"]
+SUBCOMMANDS += ["history", "replay", "verify"]
+
+
+def test_help_lists_every_subcommand_and_the_exit_codes() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for name in SUBCOMMANDS:
+        assert name in result.stdout
+    assert "exit codes" in result.stdout
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_subcommand_has_help_with_the_global_options(name: str) -> None:
+    result = run(name, "--help")
+    assert result.returncode == 0, result.stderr
+    for option in ("--redis", "--namespace", "--json"):
+        assert option in result.stdout
+
+
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "redelay"
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "usage: redelay" in result.stdout
+
+
+def test_unknown_subcommand_and_missing_arguments_exit_2() -> None:
+    assert run("frobnicate").returncode == 2
+    assert run("add", "only-topic").returncode == 2
+    assert run("add", "t", "1", "--delay", "1", "--at", "now").returncode == 2
+
+
+# -- add, get, cancel -------------------------------------------------------------------------
+
+
+def test_add_get_cancel_round_trip(cli: Cli) -> None:
+    added = cli.json("add", "order.timeout", "42", "--body", '{"total": 12}', "--delay", "5m")
+    assert added == {
+        "topic": "order.timeout",
+        "id": "42",
+        "state": "delayed",
+        "due_ms": added["due_ms"],
+        "replaced": None,
+    }
+    assert abs(added["due_ms"] - (time.time() + 300) * 1000) < 10_000
+    job = cli.json("get", "order.timeout", "42")
+    assert job["state"] == "delayed" and job["body"] == {"total": 12} and job["attempt"] == 1
+    human = cli("get", "order.timeout", "42")
+    assert human.returncode == 0 and "delayed" in human.stdout and '"total": 12' in human.stdout
+    assert cli.json("cancel", "order.timeout", "42") == {
+        "topic": "order.timeout",
+        "id": "42",
+        "result": "removed",
+    }
+    missing = cli.json("get", "order.timeout", "42", code=1)
+    assert missing["error"] == "not_found" and missing["exit_code"] == 1
+    again = cli("cancel", "order.timeout", "42")
+    assert again.returncode == 1 and "no job order.timeout/42" in again.stderr
+
+
+def test_add_of_an_existing_job_exits_4_unless_replace(cli: Cli) -> None:
+    assert cli("add", "t", "1", "--delay", "1h").returncode == 0
+    result = cli("add", "t", "1", "--delay", "2h")
+    assert result.returncode == 4 and "--replace" in result.stderr
+    replaced = cli.json("add", "t", "1", "--delay", "2h", "--replace")
+    assert replaced["replaced"] == "delayed"
+
+
+def test_add_times_delays_and_options(cli: Cli, tmp_path: Path) -> None:
+    now_ms = time.time() * 1000
+    at_iso = cli.json("add", "t", "iso", "--at", "2030-01-01T00:00:00+00:00")
+    assert at_iso["due_ms"] == 1_893_456_000_000
+    at_epoch = cli.json("add", "t", "epoch", "--at", "1893456000.5")
+    assert at_epoch["due_ms"] == 1_893_456_000_500
+    relative = cli.json("add", "t", "rel", "--at=+1h30m")
+    assert abs(relative["due_ms"] - (now_ms + 5_400_000)) < 10_000
+    past = cli.json("add", "t", "past", "--at=-5m")
+    assert past["state"] == "ready"
+    body_file = tmp_path / "body.json"
+    body_file.write_text('{"from": "file"}')
+    cli.json(
+        "add", "t", "opts", "--body", f"@{body_file}", "--delay", "500ms",
+        "--retry", "1s,1m", "--lease", "45s", "--callback", "https://example.com/hook",
+    )  # fmt: skip
+    job = cli.json("get", "t", "opts")
+    assert job["body"] == {"from": "file"}
+    assert job["retry_ms"] == [1000, 60000]
+    assert job["callback"] == "https://example.com/hook"
+    cli("add", "t", "stdin", "--body", "-", stdin="[1, 2, 3]")
+    assert cli.json("get", "t", "stdin")["body"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--body", "{nope"], "body: --body is not valid JSON"),
+        (["--delay", "5x"], "delay: '5x' is not a duration"),
+        (["--at", "tomorrow"], "at: 'tomorrow' is not a time"),
+        (["--retry", "1s,,x"], "retry: 'x' is not a duration"),
+        (["--callback", "ftp://example.com"], "callback: 'ftp://example.com' is not an http"),
+        (["--lease", "1ms"], "lease: is 1 ms"),
+        (["--body", "@/nonexistent/body.json"], "body: cannot read /nonexistent/body.json"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_naming_the_field(
+    cli: Cli, args: list[str], message: str
+) -> None:
+    result = cli("add", "t", "1", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert cli("get", "t", "1").returncode == 1  # nothing was written
+
+
+def test_invalid_names_are_refused_with_the_validation_message(cli: Cli) -> None:
+    result = cli.json("add", "t", "has space", code=2)
+    assert result["error"] == "invalid" and result["message"].startswith("id:")
+    assert run("stats", "--redis", cli.url, "--namespace", "a{b}").returncode == 2
+
+
+def test_cancel_of_a_running_job_is_a_request(cli: Cli, store: Store) -> None:
+    store.add(store.new_job("t", "busy"))
+    store.lease("t", 1)
+    assert cli.json("cancel", "t", "busy")["result"] == "requested"
+    assert cli.json("get", "t", "busy")["cancel_requested"] is True
+
+
+# -- stats and dead ---------------------------------------------------------------------------
+
+
+def test_stats_counts_per_topic_and_state(cli: Cli, store: Store) -> None:
+    cli("add", "a", "1", "--delay", "1h")
+    cli("add", "a", "2")
+    cli("add", "b", "1", "--delay", "1h")
+    make_dead(store, "b", "2")
+    stats = cli.json("stats")
+    assert stats["topics"]["a"] == {"delayed": 1, "ready": 1, "leased": 0, "dead": 0}
+    assert stats["topics"]["b"] == {"delayed": 1, "ready": 0, "leased": 0, "dead": 1}
+    assert stats["totals"] == {"delayed": 2, "ready": 1, "leased": 0, "dead": 1}
+    assert stats["namespace"] == NS and stats["audit_entries"] > 0
+    assert stats["next_due_ms"] is not None
+    human = cli("stats")
+    assert human.returncode == 0 and "(total)" in human.stdout
+
+
+def test_dead_list_requeue_purge(cli: Cli, store: Store) -> None:
+    for topic, job_id in [("a", "1"), ("a", "2"), ("b", "1")]:
+        make_dead(store, topic, job_id)
+    listed = cli.json("dead", "list")
+    assert [(j["topic"], j["id"]) for j in listed] == [("a", "1"), ("a", "2"), ("b", "1")]
+    assert all(j["state"] == "dead" and j["attempts_failed"] == 2 for j in listed)
+    assert [j["id"] for j in cli.json("dead", "--topic", "b")] == ["1"]
+    assert cli.json("dead", "list", "--topic", "b", "--id", "1")[0]["id"] == "1"
+    assert cli("dead", "list", "--topic", "b", "--id", "9").returncode == 1
+    assert cli.json("dead", "requeue", "--topic", "a", "--id", "2") == {"requeued": 1}
+    assert cli.json("get", "a", "2")["state"] == "ready"
+    missing = cli("dead", "requeue", "--topic", "a", "--id", "2")
+    assert missing.returncode == 1
+    assert cli.json("dead", "purge", "--topic", "a") == {"purged": 1}
+    assert cli.json("dead", "requeue", "--all") == {"requeued": 1}
+    assert cli.json("dead", "list") == []
+    assert "no dead jobs" in cli("dead").stdout
+
+
+def test_dead_requeue_and_purge_need_a_selection(cli: Cli) -> None:
+    for args in (
+        ["requeue"],
+        ["purge"],
+        ["purge", "--id", "1"],
+        ["purge", "--all", "--topic", "a"],
+    ):
+        result = cli("dead", *args)
+        assert result.returncode == 2, args
+
+
+# -- history, replay, verify ------------------------------------------------------------------
+
+
+def test_history_shows_one_jobs_timeline(cli: Cli, store: Store) -> None:
+    make_dead(store, "t", "1")
+    cli("add", "t", "other")
+    events = cli.json("history", "t", "1")
+    assert [e["event"] for e in events] == ["added", "leased", "failed", "leased", "dead"]
+    assert [e["attempt"] for e in events] == [1, 1, 1, 2, 2]
+    assert events[2]["fields"]["why"] == "boom" and events[2]["fields"]["to"] == "ready"
+    human = cli("history", "t", "1")
+    assert human.returncode == 0
+    assert "why: boom" in human.stdout and "now: dead" in human.stdout
+    missing = cli("history", "t", "nope")
+    assert missing.returncode == 1 and "no events" in missing.stderr
+
+
+def test_history_since_skips_older_events(cli: Cli) -> None:
+    cli("add", "t", "1")
+    assert cli("history", "t", "1", "--since", "-1h").returncode == 0
+    assert cli("history", "t", "1", "--since", "+1h").returncode == 1
+
+
+def test_long_work_reports_progress_on_stderr(cli: Cli, store: Store) -> None:
+    store.add_many([store.new_job("t", str(n), delay_ms=60_000) for n in range(600)])
+    result = cli("history", "t", "7", "--progress")
+    assert result.returncode == 0
+    assert "reading audit stream: 600/600 entries (100%)" in result.stderr
+    replayed = cli("replay", "--progress", "--json")
+    assert "replaying audit stream:" in replayed.stderr
+    assert json.loads(replayed.stdout)["events"] == 600  # stdout stays clean JSON
+
+
+def test_replay_rebuilds_every_job_at_a_moment(cli: Cli, store: Store) -> None:
+    cli("add", "t", "early", "--delay", "1h")
+    added_ms = cli.json("history", "t", "early")[0]["at_ms"]
+    cli("add", "t", "late", "--delay", "1h")
+    cli("cancel", "t", "early")
+    before = cli.json("replay", f"--at={added_ms}")
+    assert [(j["id"], j["state"]) for j in before["jobs"]] == [("early", "delayed")]
+    now = cli.json("replay")
+    assert [(j["id"], j["state"]) for j in now["jobs"]] == [("late", "delayed")]
+    assert now["ended"] == {"acked": 0, "cancelled": 1}
+    assert now["counts"] == {"t": {"delayed": 1, "ready": 0, "leased": 0, "dead": 0}}
+    assert now["anomalies"] == []
+    filtered = cli.json("replay", "--state", "dead")
+    assert filtered["jobs"] == []
+    human = cli("replay", "--at", "now")
+    assert human.returncode == 0 and "late" in human.stdout
+    assert "1 cancelled" in human.stdout
+
+
+def test_verify_agrees_then_finds_drift(cli: Cli, store: Store, redis_client: redis.Redis) -> None:
+    cli("add", "t", "1", "--delay", "1h")
+    make_dead(store, "t", "2")
+    ok = cli.json("verify")
+    assert ok["ok"] is True and ok["drift"] == [] and ok["live_jobs"] == 2
+    assert "agree" in cli("verify").stdout
+    # Change the live state behind the scripts' back: the log no longer explains it.
+    redis_client.zadd(store.keys.delayed, {member("t", "1"): 12345})
+    drift = cli.json("verify", code=1)
+    assert drift["ok"] is False
+    assert drift["drift"] == [
+        {"topic": "t", "id": "1", "field": "due_ms", "replayed": drift["drift"][0]["replayed"],
+         "live": drift["drift"][0]["live"]}
+    ]  # fmt: skip
+    human = cli("verify")
+    assert human.returncode == 1 and "DRIFT" in human.stdout
+
+
+# -- where the queue is -----------------------------------------------------------------------
+
+
+def test_redis_url_and_namespace_come_from_the_environment(
+    redis_client: redis.Redis, redis_server: RedisProcess
+) -> None:
+    env = base_env() | {"REDELAY_REDIS_URL": redis_server.url, "REDELAY_NAMESPACE": "envns"}
+    assert run("add", "t", "1", env=env).returncode == 0
+    assert Store(redis_client, "envns", SystemClock()).get("t", "1") is not None
+    flag_wins = run("get", "t", "1", "--namespace", "other", env=env)
+    assert flag_wins.returncode == 1
+
+
+def test_unreachable_redis_exits_3(tmp_path: Path) -> None:
+    result = run("stats", "--redis", f"unix://{tmp_path}/nothing.sock", "--json")
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["error"] == "no_redis"
+    assert "cannot connect to Redis" in result.stderr
+
+
+def test_no_redis_server_for_the_embedded_default_exits_3(tmp_path: Path) -> None:
+    env = base_env() | {"REDELAY_REDIS_SERVER": str(tmp_path / "missing-redis-server")}
+    result = run("stats", "--data-dir", str(tmp_path / "data"), env=env)
+    assert result.returncode == 3
+    assert "REDELAY_REDIS_SERVER" in result.stderr
+
+
+def test_without_a_url_jobs_persist_in_the_embedded_default(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    added = run("add", "t", "1", "--delay", "1h", "--data-dir", str(data))
+    assert added.returncode == 0, added.stderr
+    socket_path = socket_path_for(data.resolve())
+    assert not os.path.exists(socket_path)  # the server stopped with the command
+    got = run("get", "t", "1", "--json", "--data-dir", str(data))
+    assert got.returncode == 0 and json.loads(got.stdout)["state"] == "delayed"
+    default_dir = run("stats", cwd=tmp_path)  # ./.redelay by default
+    assert default_dir.returncode == 0 and (tmp_path / ".redelay").is_dir()
+
+
+# -- worker -----------------------------------------------------------------------------------
+
+WORKER_MODULE = """
+import time
+from pathlib import Path
+from actors import DelayQueue
+
+queue = DelayQueue({url!r}, {ns!r})
+DONE = Path({done!r})
+
+@queue.handler("mail.send", concurrency=2)
+def send(job):
+    time.sleep(job.body.get("sleep", 0))
+    DONE.write_text(job.id)
+    return "sent"
+
+def make_queue():
+    return queue
+"""
+
+
+def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
+    (tmp_path / "myworker.py").write_text(
+        WORKER_MODULE.format(url=url, ns=NS, done=str(tmp_path / "done"))
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "worker", *args],
+        cwd=tmp_path,
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("target", ["myworker:queue", "myworker:make_queue"])
+def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: str) -> None:
+    worker = start_worker(tmp_path, cli.url, target, "--json")
+    try:
+        assert worker.stdout is not None
+        cli("add", "mail.send", "m1", "--body", "{}")
+        wait_for(lambda: (tmp_path / "done").exists())
+        wait_for(lambda: cli.json("history", "mail.send", "m1")[-1]["event"] == "acked")
+        events = cli.json("history", "mail.send", "m1")
+        assert events[-1]["fields"]["detail"] == "sent"
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    lines = out.strip()
+    assert '"event": "started"' in lines and '"signal": "SIGTERM"' in lines
+
+
+def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path) -> None:
+    worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "10")
+    try:
+        cli("add", "mail.send", "slow", "--body", '{"sleep": 1.5}')
+        wait_for(lambda: cli.json("get", "mail.send", "slow", code=0)["state"] == "leased")
+        worker.send_signal(signal.SIGINT)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    assert cli.json("history", "mail.send", "slow")[-1]["event"] == "acked"
+    assert "SIGINT: stopping" in err
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nocolon", "is not MODULE:QUEUE"),
+        ("no_such_module_xyz:queue", "no module named"),
+        ("myworker:missing", "has no 'missing'"),
+        ("myworker:DONE", "not a DelayQueue"),
+    ],
+)
+def test_worker_with_a_bad_target_exits_2(
+    cli: Cli, tmp_path: Path, target: str, message: str
+) -> None:
+    worker = start_worker(tmp_path, cli.url, target)
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 2
+    assert message in err
+
+
+def test_sigterm_during_a_command_stops_the_embedded_server(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from actors import cli, _cli_jobs
+        def slow(ctx, args):
+            ctx.store()
+            print("connected", flush=True)
+            time.sleep(30)
+            return 0
+        _cli_jobs.run_stats = slow
+        sys.exit(cli.main(sys.argv[1:]))
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, "stats", "--data-dir", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base_env(),
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "connected"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert not os.path.exists(socket_path_for(data.resolve()))

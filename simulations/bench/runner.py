@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +51,7 @@ class Agent:
     process: subprocess.Popen[bytes]
     spec: AgentSpec
     log_path: Path
+    profiler: subprocess.Popen[bytes] | None = None
 
     @property
     def out(self) -> Path:
@@ -88,6 +90,8 @@ class Agent:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)  # the group we started for it
             self.process.wait(timeout=30)
+        if self.profiler is not None:  # it writes its output once the process it watched ends
+            self.profiler.wait(timeout=60)
 
 
 @dataclass
@@ -97,18 +101,25 @@ class RunContext:
     workdir: Path
     seed: int
     enqueue_rate_hint: dict[str, float] = field(default_factory=dict)
-    profile_to: Path | None = None  # wrap the next worker in py-spy, writing raw stacks here
+    profile_to: Path | None = None  # attach py-spy to workers, writing raw stacks here
 
 
-def agent_command(system: SystemInfo, spec_path: Path, profile_to: Path | None) -> list[str]:
+def agent_command(system: SystemInfo, spec_path: Path) -> list[str]:
     if system.is_node:
         return ["node", str(NODE_DIR / "bullmq.mjs"), str(spec_path)]
-    command = [sys.executable, "-m", "simulations.bench.agent", str(spec_path)]
-    if profile_to is not None:
-        py_spy = Path(sys.executable).with_name("py-spy")
-        prefix = [str(py_spy), "record", "--format", "raw", "--rate", "250", "--nonblocking"]
-        command = [*prefix, "--output", str(profile_to), "--", *command]
-    return command
+    return [sys.executable, "-m", "simulations.bench.agent", str(spec_path)]
+
+
+def attach_profiler(pid: int, raw_path: Path) -> subprocess.Popen[bytes]:
+    """py-spy on a running worker, from its go to its end: only the thread holding the GIL is
+    sampled (--gil), so waits do not show and the samples are where Python spends CPU."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    command = [py_spy, "record", "--pid", str(pid), "--gil", "--nonblocking", "--rate", "250"]
+    # (250 Hz is profiling.SAMPLE_RATE_HZ; it is spelled out here to keep the imports one-way.)
+    command += ["--format", "raw", "--output", str(raw_path)]
+    profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy needs a moment to attach; the worker waits for its go meanwhile
+    return profiler
 
 
 def start_agent(
@@ -120,7 +131,6 @@ def start_agent(
     *,
     expected: int = 0,
     burst_due_ms: int = 0,
-    profile_to: Path | None = None,
 ) -> Agent:
     directory = context.workdir
     stem = f"{system.name}.{scenario.name}.{role}"
@@ -140,7 +150,7 @@ def start_agent(
     log_path = directory / f"{stem}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            agent_command(system, spec_path, profile_to),
+            agent_command(system, spec_path),
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -170,19 +180,13 @@ def run_producer(
 def start_worker(
     system: SystemInfo, scenario: Scenario, server: BenchServer, context: RunContext
 ) -> tuple[Agent, dict[str, Any]]:
-    agent = start_agent(
-        system,
-        "worker",
-        scenario,
-        server,
-        context,
-        expected=scenario.jobs,
-        profile_to=context.profile_to,
-    )
+    agent = start_agent(system, "worker", scenario, server, context, expected=scenario.jobs)
     ready = agent.wait_file(Path(agent.spec.ready_path), READY_TIMEOUT_S)
     if ready is None:
         agent.stop()
         raise AgentFailed(f"{system.name} worker not ready in {READY_TIMEOUT_S} s")
+    if context.profile_to is not None:
+        agent.profiler = attach_profiler(agent.process.pid, context.profile_to)
     ready["tree_cpu_ms"] = tree_cpu_ms(agent.process.pid)
     agent.request("go")
     return agent, ready
@@ -270,13 +274,9 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
         own = server.own_commands - own_before
         after = server.stats()
         commands = after.commands - before.commands - own
-        record["redis_commands"] = commands
-        record["redis_calls_by_command"] = top_calls(before, after)
-        if scenario.deliver:
-            record["redis_commands_per_delivered_job"] = per_job(commands, delivered)
-        else:
-            record["redis_commands_per_enqueued_job"] = per_job(commands, scenario.jobs)
         jobs_done = delivered if scenario.deliver else scenario.jobs
+        calls = call_deltas(before, after)
+        record.update(command_fields(system, calls, commands, jobs_done, scenario.deliver))
         record["client_cpu_ms_per_1k_jobs"] = per_1k(client_cpu_ms, jobs_done)
         record["redis_cpu_ms_per_1k_jobs"] = per_1k(after.cpu_ms - before.cpu_ms, jobs_done)
         record["redis_version"] = server.version()
@@ -304,11 +304,37 @@ def delivery_fields(deliveries: dict[str, Any], scenario: Scenario) -> dict[str,
     return fields
 
 
-def top_calls(before: ServerStats, after: ServerStats, count: int = 12) -> dict[str, int]:
-    """The commands Redis ran most in the window (scripts' inner commands included)."""
+def call_deltas(before: ServerStats, after: ServerStats) -> dict[str, int]:
+    """Calls per command in the window (scripts' inner commands included), ours left out."""
     grown = {
         name: calls - before.calls.get(name, 0)
         for name, calls in after.calls.items()
         if calls - before.calls.get(name, 0) > 0 and name not in ("info", "memory|usage")
     }
-    return dict(sorted(grown.items(), key=lambda item: -item[1])[:count])
+    return dict(sorted(grown.items(), key=lambda item: -item[1]))
+
+
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+# What redelay's Python code sends itself; none of these runs inside its scripts, so their sum is
+# the number of round trips (everything else in the stats ran inside a script).
+REDELAY_CLIENT_COMMANDS = (*SCRIPT_CALLS, "blmove", "time", "script|load", "ping", "hset")
+
+
+def command_fields(
+    system: SystemInfo, calls: dict[str, int], commands: int, jobs: int, delivering: bool
+) -> dict[str, Any]:
+    unit = "delivered" if delivering else "enqueued"
+    fields: dict[str, Any] = {
+        "redis_commands": commands,
+        "redis_calls_by_command": dict(list(calls.items())[:12]),
+        f"redis_commands_per_{unit}_job": per_job(commands, jobs),
+        f"redis_script_calls_per_{unit}_job": per_job(
+            sum(calls.get(n, 0) for n in SCRIPT_CALLS), jobs
+        ),
+    }
+    if system.name.startswith("redelay"):
+        # HSET outside scripts is configure_topic, once per start; inside scripts it is per job,
+        # so it is counted only when it is the one-off.
+        trips = sum(calls.get(n, 0) for n in REDELAY_CLIENT_COMMANDS if n != "hset")
+        fields[f"redis_round_trips_per_{unit}_job"] = per_job(trips, jobs)
+    return fields

@@ -1,0 +1,208 @@
+"""``python -m simulations.bench``: run the scenarios on every system and write the results.
+
+    python -m simulations.bench --full     # make bench: docs/benchmarks.md, .json and the PNGs
+    python -m simulations.bench --quick    # make bench-quick: simulations/out/bench-quick/
+    python -m simulations.bench --quick --systems redelay,arq --scenarios immediate
+
+One ``--seed`` drives the steady scenarios' delays; every setting is printed at the start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import chart, redis_limit, report, targets
+from .profiling import profile_redelay
+from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario
+from .scenarios import Scenario, full_plan, quick_plan, tiny_plan
+from .server import can_pin, pin_clients
+from .systems import BY_NAME, SYSTEMS, SystemInfo
+
+DOCS_DIR = REPO_ROOT / "docs"
+QUICK_DIR = REPO_ROOT / "simulations" / "out" / "bench-quick"
+PROFILE_JOBS = {"full": 100_000, "quick": 5_000, "tiny": 500}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m simulations.bench", description=__doc__)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--full", dest="mode", action="store_const", const="full")
+    size.add_argument("--quick", dest="mode", action="store_const", const="quick")
+    size.add_argument("--tiny", dest="mode", action="store_const", const="tiny")
+    parser.add_argument("--systems", help="comma-separated subset (default: all)")
+    parser.add_argument("--scenarios", help="comma-separated subset (default: all)")
+    parser.add_argument("--out-dir", type=Path, help="where the JSON, page and charts go")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-limit", action="store_true", help="skip the Redis limit section")
+    parser.add_argument("--no-profile", action="store_true", help="skip profiling redelay")
+    args = parser.parse_args(argv)
+    args.mode = args.mode or "quick"
+    return args
+
+
+def plan_for(mode: str, names: str | None) -> list[Scenario]:
+    plan = {"full": full_plan, "quick": quick_plan, "tiny": tiny_plan}[mode]()
+    if names:
+        wanted = set(names.split(","))
+        unknown = wanted - {s.name for s in plan}
+        if unknown:
+            known = [s.name for s in plan]
+            raise SystemExit(f"unknown scenarios {sorted(unknown)}; known: {known}")
+        plan = [s for s in plan if s.name in wanted]
+    return plan
+
+
+def systems_for(names: str | None) -> list[SystemInfo]:
+    if not names:
+        return list(SYSTEMS)
+    unknown = set(names.split(",")) - set(BY_NAME)
+    if unknown:
+        raise SystemExit(f"unknown systems {sorted(unknown)}; known: {sorted(BY_NAME)}")
+    return [s for s in SYSTEMS if s.name in names.split(",")]
+
+
+def node_ready() -> str | None:
+    """Installs BullMQ from the lock file on first use; returns why it cannot run, or None."""
+    if shutil.which("node") is None:
+        return "node is not on PATH"
+    if (NODE_DIR / "node_modules" / "bullmq").is_dir():
+        return None
+    npm = shutil.which("npm")
+    if npm is None:
+        return "npm is not on PATH (needed once to install bullmq)"
+    print("installing bullmq with npm ci (once)", flush=True)
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return f"npm ci failed: {done.stderr.strip()[-300:]}"
+    return None
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    parts = [f"{record['system']:>14} {record['scenario']:<15}"]
+    for label, field in (
+        ("enq/s", "enqueue_jobs_per_s"),
+        ("deliv/s", "delivered_jobs_per_s"),
+        ("p50", "lateness_ms_p50"),
+        ("p99", "lateness_ms_p99"),
+        ("early", "early_deliveries"),
+        ("missing", "missing"),
+        ("cmds/job", "redis_commands_per_delivered_job"),
+        ("B/job", "redis_memory_bytes_per_pending_job"),
+    ):
+        value = record.get(field)
+        if isinstance(value, float):
+            parts.append(f"{label}={value:,.1f}")
+        elif value is not None:
+            parts.append(f"{label}={value}")
+    return " ".join(parts)
+
+
+def run_all(
+    systems: list[SystemInfo], plan: list[Scenario], context: RunContext, load: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    records: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for system in systems:
+        missing = system.missing() or (node_ready() if system.is_node else None)
+        for scenario in plan:
+            reason = missing
+            if reason is None and scenario.name == "enqueue-batch" and system.batch_api is None:
+                reason = "no batch enqueue API"
+            if reason is not None:
+                skipped.append({"system": system.name, "scenario": scenario.name, "reason": reason})
+                print(f"{system.name:>14} {scenario.name:<15} skipped: {reason}", flush=True)
+                continue
+            load["max_1m"] = max(load.get("max_1m", 0.0), os.getloadavg()[0])
+            try:
+                record = run_scenario(system, scenario, context)
+            except AgentFailed as exc:
+                reason = f"failed: {str(exc).strip()[-400:]}"
+                skipped.append({"system": system.name, "scenario": scenario.name, "reason": reason})
+                print(f"{system.name:>14} {scenario.name:<15} {reason}", flush=True)
+                continue
+            record["loadavg_1m_before"] = round(os.getloadavg()[0], 2)
+            records.append(record)
+            print(summary_line(record), flush=True)
+    return records, skipped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = plan_for(args.mode, args.scenarios)
+    systems = systems_for(args.systems)
+    out_dir: Path = args.out_dir or (DOCS_DIR if args.mode == "full" else QUICK_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if can_pin():
+        pin_clients()
+    print(f"settings: mode={args.mode} seed={args.seed} out={out_dir} pinned={can_pin()}")
+    print("systems: " + ", ".join(s.name for s in systems))
+    for scenario in plan:
+        print(f"scenario: {scenario.to_json()}")
+    load: dict[str, Any] = {"start": list(os.getloadavg())}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="redelay-bench-") as workdir:
+        context = RunContext(Path(workdir), args.seed)
+        records, skipped = run_all(systems, plan, context, load)
+        limit: dict[str, Any] = {}
+        if not args.no_limit:
+            print("measuring the Redis limit", flush=True)
+            limit = redis_limit.measure(Path(workdir), quick=args.mode != "full")
+        profile: dict[str, Any] = {}
+        if not args.no_profile and "redelay" in {s.name for s in systems}:
+            print("profiling redelay's worker", flush=True)
+            try:
+                profile = profile_redelay(context, PROFILE_JOBS[args.mode])
+            except AgentFailed as exc:
+                profile = {"skipped": f"failed: {str(exc).strip()[-300:]}"}
+    load["end"] = list(os.getloadavg())
+    prefix = "benchmarks" if args.mode == "full" else f"benchmarks-{args.mode}"
+    charts = {
+        "lateness": f"{prefix}-lateness.png",
+        "throughput": f"{prefix}-throughput.png",
+    }
+    drawn = {
+        "lateness": chart.lateness_chart(records, plan, out_dir / charts["lateness"]),
+        "throughput": chart.throughput_chart(records, out_dir / charts["throughput"]),
+    }
+    results: dict[str, Any] = {
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "mode": args.mode,
+        "command": {"full": "make bench", "quick": "make bench-quick"}.get(
+            args.mode, f"python -m simulations.bench --{args.mode}"
+        ),
+        "seed": args.seed,
+        "wall_s": round(time.monotonic() - started, 1),
+        "pinned": can_pin(),
+        "machine": report.machine(),
+        "versions": report.versions(),
+        "load": load,
+        "plan": [s.to_json() for s in plan],
+        "records": records,
+        "skipped": skipped,
+        "redis_limit": limit,
+        "profile": profile,
+        "targets": [v.to_json() for v in targets.judge(records)],
+        "charts": {name: path for name, path in charts.items() if drawn[name]},
+    }
+    json_path, page_path = out_dir / f"{prefix}.json", out_dir / f"{prefix}.md"
+    report.write(results, json_path, page_path)
+    print(f"wrote {page_path} and {json_path} in {results['wall_s']} s")
+    for verdict in results["targets"]:
+        print(f"target: {verdict['target']}: {verdict['measured']} -> {verdict['met']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""The run's outputs: the JSON of every record, and docs/benchmarks.md from template.md.
+
+The page is a ``string.Template``: ``$name`` placeholders are filled with tables and numbers built
+here from the run's results, so the prose and the figures always come from the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from .systems import SYSTEMS
+from .targets import PYTHON_PEERS, find
+
+TEMPLATE_PATH = Path(__file__).resolve().parent / "template.md"
+MISSING = "—"
+
+
+# -- machine and versions ------------------------------------------------------------------
+
+
+def _command_output(args: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(list(args), capture_output=True, text=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": memory_gb,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, Any]:
+    found: dict[str, Any] = {
+        system.name: system.versions() for system in SYSTEMS if not system.is_node
+    }
+    node = shutil.which("node")
+    if node:
+        found["node"] = _command_output([node, "--version"]).lstrip("v")
+        package = Path(__file__).resolve().parent / "node" / "node_modules" / "bullmq"
+        try:
+            bullmq = json.loads((package / "package.json").read_text())["version"]
+        except (OSError, ValueError, KeyError):
+            bullmq = "not installed"
+        found["bullmq"] = {"bullmq": bullmq}
+    server = shutil.which("redis-server")
+    if server:
+        found["redis-server"] = _command_output([server, "--version"])
+    return found
+
+
+# -- formatting ----------------------------------------------------------------------------
+
+
+def num(value: Any, digits: int = 0) -> str:
+    if not isinstance(value, int | float) or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return f"{value:,.{digits}f}"
+
+
+def ms(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return MISSING
+    if abs(value) >= 1000:
+        return f"{value / 1000:,.2f} s"
+    return f"{value:,.1f} ms" if abs(value) >= 10 else f"{value:.2f} ms"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _systems(records: Sequence[dict[str, Any]]) -> list[str]:
+    present = {r["system"] for r in records}
+    return [s.name for s in SYSTEMS if s.name in present]
+
+
+def _late(record: dict[str, Any] | None, field: str) -> str:
+    if record is None:
+        return MISSING
+    if record.get(field) is None and record.get("missing"):
+        return f"> wait ({record['missing']:,} missing)"
+    return ms(record.get(field))
+
+
+def _ceiling(record: dict[str, Any] | None) -> str:
+    """Jobs/s at which Redis would be 100% busy, from its measured CPU per job."""
+    cpu = (record or {}).get("redis_cpu_ms_per_1k_jobs")
+    if not isinstance(cpu, int | float) or cpu <= 0:
+        return MISSING
+    return num(1_000_000 / cpu)
+
+
+# -- tables --------------------------------------------------------------------------------
+
+
+def delivery_table(records: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for system in _systems(records):
+        now, burst = find(records, system, "immediate"), find(records, system, "burst")
+        if now is None and burst is None:
+            continue
+        now = now or {}
+        rows.append(
+            [
+                f"**{system}**" if system == "redelay" else system,
+                num(now.get("delivered_jobs_per_s")),
+                num((burst or {}).get("delivered_jobs_per_s")),
+                _late(burst, "lateness_ms_p50"),
+                _late(burst, "lateness_ms_p99"),
+                _late(burst, "lateness_ms_max"),
+                num((burst or {}).get("early_deliveries")),
+                num(now.get("redis_commands_per_delivered_job"), 1),
+                num(now.get("redis_script_calls_per_delivered_job"), 2),
+                num(now.get("client_cpu_ms_per_1k_jobs"), 1),
+                num(now.get("redis_cpu_ms_per_1k_jobs"), 1),
+                _ceiling(now),
+            ]
+        )
+    header = [
+        "system",
+        "immediate: delivered jobs/s",
+        "burst: delivered jobs/s",
+        "burst lateness p50",
+        "p99",
+        "max",
+        "early",
+        "Redis commands / job",
+        "of which script calls",
+        "client CPU ms / 1k jobs",
+        "Redis CPU ms / 1k jobs",
+        "Redis-bound ceiling, jobs/s",
+    ]
+    return table(header, rows)
+
+
+def steady_table(records: Sequence[dict[str, Any]], scenario: str) -> str:
+    rows = []
+    for system in _systems(records):
+        record = find(records, system, scenario)
+        if record is None:
+            continue
+        rows.append(
+            [
+                f"**{system}**" if system == "redelay" else system,
+                num(record.get("enqueue_jobs_per_s")),
+                _late(record, "lateness_ms_p50"),
+                _late(record, "lateness_ms_p99"),
+                _late(record, "lateness_ms_max"),
+                num(record.get("early_deliveries")),
+                f"{num(record.get('delivered'))} / {num(record.get('jobs'))}",
+                num(record.get("redis_commands_per_delivered_job"), 1),
+                num(record.get("client_cpu_ms_per_1k_jobs"), 1),
+                num(record.get("redis_cpu_ms_per_1k_jobs"), 1),
+            ]
+        )
+    header = [
+        "system",
+        "added jobs/s",
+        "lateness p50",
+        "p99",
+        "max",
+        "early",
+        "delivered",
+        "Redis commands / job",
+        "client CPU ms / 1k",
+        "Redis CPU ms / 1k",
+    ]
+    return table(header, rows)
+
+
+def _memory(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return MISSING
+    with_audit = num(record.get("redis_memory_bytes_per_pending_job"))
+    without = record.get("redis_memory_bytes_per_pending_job_without_audit")
+    if without is None:
+        return with_audit
+    return f"{num(without)} ({with_audit} with audit)"
+
+
+def enqueue_table(records: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for system in _systems(records):
+        single = find(records, system, "enqueue-single")
+        batch = find(records, system, "enqueue-batch")
+        if single is None and batch is None:
+            continue
+        batch_api = (batch or single or {}).get("enqueue_batch_api")
+        rows.append(
+            [
+                f"**{system}**" if system == "redelay" else system,
+                num((single or {}).get("enqueue_jobs_per_s")),
+                num((batch or {}).get("enqueue_jobs_per_s")) if batch else "no batch API",
+                batch_api or MISSING,
+                num((single or {}).get("redis_commands_per_enqueued_job"), 1),
+                num((single or {}).get("client_cpu_ms_per_1k_jobs"), 1),
+                num((batch or {}).get("client_cpu_ms_per_1k_jobs"), 1),
+                _memory(batch or single),
+            ]
+        )
+    header = [
+        "system",
+        "single: jobs/s",
+        "batched: jobs/s",
+        "batch API",
+        "Redis commands / job (single)",
+        "client CPU ms / 1k (single)",
+        "client CPU ms / 1k (batched)",
+        "Redis bytes / pending job",
+    ]
+    return table(header, rows)
+
+
+def targets_table(targets: Sequence[dict[str, Any]]) -> str:
+    marks = {True: "met", False: "**not met**", None: "not measured"}
+    rows = [[t["target"], t["measured"], marks[t["met"]]] for t in targets]
+    return table(["target", "measured", ""], rows)
+
+
+def redis_benchmark_table(limit: dict[str, Any]) -> str:
+    figures = limit.get("redis_benchmark") or []
+    if figures and "skipped" in figures[0]:
+        return f"redis-benchmark skipped: {figures[0]['skipped']}"
+    by_command: dict[str, dict[int, float]] = {}
+    for row in figures:
+        by_command.setdefault(row["command"], {})[int(row["pipeline"])] = row["requests_per_s"]
+    rows = [[name, num(rates.get(1)), num(rates.get(16))] for name, rates in by_command.items()]
+    header = ["command (shaped like redelay's)", "ops/s, no pipeline", "ops/s, 16 per trip"]
+    return table(header, rows)
+
+
+def script_table(limit: dict[str, Any]) -> str:
+    scripts = limit.get("scripts") or {}
+    rows = []
+    for name, cost in (scripts.get("transitions") or {}).items():
+        inner = cost.get("inner_usec_per_job") or {}
+        inner_total = sum(inner.values())
+        top = ", ".join(f"{cmd.upper()} {usec:.2f}" for cmd, usec in list(inner.items())[:4])
+        rows.append(
+            [
+                name,
+                num(cost.get("usec_per_call"), 1),
+                num(cost.get("usec_per_job"), 2),
+                num(inner_total, 2),
+                top,
+            ]
+        )
+    header = [
+        "transition",
+        "µs per call",
+        "µs per job",
+        "of which in Redis commands",
+        "largest commands (µs per job)",
+    ]
+    return table(header, rows)
+
+
+def profile_section(profile: dict[str, Any]) -> str:
+    if not profile:
+        return "Not profiled in this run."
+    if "skipped" in profile:
+        return f"Not profiled: {profile['skipped']}."
+    areas = [[a["name"], f"{a['percent']:.0f}%"] for a in profile.get("areas", [])]
+    selfs = [
+        [f"`{f['name']}`", f"{f['percent']:.1f}%", f"`{f.get('via') or MISSING}`"]
+        for f in profile.get("self", [])[:12]
+    ]
+    busy = profile.get("gil_busy_percent")
+    lines = [
+        f"{num(profile.get('samples'))} samples of the thread holding the GIL while the worker "
+        f"delivered {num(profile.get('jobs'))} jobs "
+        f"({num(profile.get('delivered_jobs_per_s_under_profiler'))} jobs/s under the profiler)"
+        + (f"; the GIL was held {busy:.0f}% of the time." if busy is not None else "."),
+        "",
+        table(["area (innermost frame)", "share of samples"], areas),
+        "",
+        table(["function (self time)", "share", "called from"], selfs),
+    ]
+    return "\n".join(lines)
+
+
+def skipped_section(skipped: Sequence[dict[str, Any]]) -> str:
+    if not skipped:
+        return "Every system ran every scenario."
+    return "\n".join(f"- {s['system']} / {s['scenario']}: {s['reason']}" for s in skipped)
+
+
+def versions_section(found: dict[str, Any]) -> str:
+    lines = []
+    for name, value in found.items():
+        if isinstance(value, dict):
+            listed = ", ".join(f"{package} {version}" for package, version in value.items())
+            lines.append(f"- {name}: {listed or MISSING}")
+        else:
+            lines.append(f"- {name}: {value}")
+    return "\n".join(lines)
+
+
+def configs_section() -> str:
+    return "\n".join(f"- **{system.name}**: {system.config}" for system in SYSTEMS)
+
+
+# -- numbers quoted in the prose -----------------------------------------------------------
+
+
+def _get(records: Sequence[dict[str, Any]], system: str, scenario: str, field: str) -> Any:
+    return (find(records, system, scenario) or {}).get(field)
+
+
+def _per_job(records: Sequence[dict[str, Any]], scenario: str, command: str) -> str:
+    record = find(records, "redelay", scenario) or {}
+    delivered = record.get("delivered") or record.get("jobs") or 0
+    calls = (record.get("redis_calls_by_command") or {}).get(command, 0)
+    return num(calls / delivered, 1) if delivered else MISSING
+
+
+def fastest_peer(records: Sequence[dict[str, Any]]) -> tuple[str, float]:
+    rates = {
+        peer: float(_get(records, peer, "immediate", "delivered_jobs_per_s") or 0)
+        for peer in PYTHON_PEERS
+    }
+    name = max(rates, key=lambda peer: rates[peer])
+    return name, rates[name]
+
+
+def values(results: dict[str, Any]) -> dict[str, str]:
+    records: list[dict[str, Any]] = results["records"]
+    limit: dict[str, Any] = results.get("redis_limit") or {}
+    scripts: dict[str, Any] = limit.get("scripts") or {}
+    machine_info: dict[str, Any] = results["machine"]
+    load = results.get("load") or {}
+    peer, peer_rate = fastest_peer(records)
+    g: Callable[[str, str, str], Any] = lambda system, scenario, field: _get(  # noqa: E731
+        records, system, scenario, field
+    )
+    plan = {s["name"]: s for s in results["plan"]}
+
+    def size(name: str) -> str:
+        return num((plan.get(name) or {}).get("jobs"))
+
+    steady = [s for s in results["plan"] if s["kind"] == "steady"]
+    first_steady = steady[0] if steady else {}
+    return {
+        "generated_at": results["generated_at"],
+        "mode": results["mode"],
+        "command": results["command"],
+        "targets_table": targets_table(results["targets"]),
+        "delivery_table": delivery_table(records),
+        "steady_tables": "\n\n".join(
+            f"**{s['rate_per_s']:,} jobs/s for {s['duration_s']:g} s**\n\n"
+            + steady_table(records, s["name"])
+            for s in steady
+        ),
+        "enqueue_table": enqueue_table(records),
+        "redis_benchmark_table": redis_benchmark_table(limit),
+        "script_table": script_table(limit),
+        "profile_section": profile_section(results.get("profile") or {}),
+        "skipped_section": skipped_section(results.get("skipped") or []),
+        "versions_section": versions_section(results["versions"]),
+        "configs_section": configs_section(),
+        "cpu": str(machine_info.get("cpu") or "unknown CPU"),
+        "cores": str(machine_info.get("cores")),
+        "memory_gb": num(machine_info.get("memory_gb"), 1),
+        "kernel": str(machine_info.get("kernel")),
+        "python": str(machine_info.get("python")),
+        "redis_version": str(limit.get("redis_version") or MISSING),
+        "load_start": ", ".join(f"{x:.2f}" for x in load.get("start", [])) or MISSING,
+        "load_end": ", ".join(f"{x:.2f}" for x in load.get("end", [])) or MISSING,
+        "load_max": num(load.get("max_1m"), 2),
+        "pinned": "yes" if results.get("pinned") else "no (fewer than 2 cores)",
+        "immediate_jobs": size("immediate"),
+        "burst_jobs": size("burst"),
+        "single_jobs": size("enqueue-single"),
+        "batch_jobs": size("enqueue-batch"),
+        "steady_rates": " and ".join(f"{s['rate_per_s']:,}" for s in steady) or MISSING,
+        "steady_s": num(first_steady.get("duration_s")),
+        "steady_delays": (
+            f"{first_steady.get('delay_min_ms', 0) / 1000:g}-"
+            f"{first_steady.get('delay_max_ms', 0) / 1000:g} s"
+        ),
+        "steady_wait_s": num(first_steady.get("wait_s")),
+        "redelay_delivered": num(g("redelay", "immediate", "delivered_jobs_per_s")),
+        "store_delivered": num(g("redelay-store", "immediate", "delivered_jobs_per_s")),
+        "fastest_peer": peer,
+        "fastest_peer_delivered": num(peer_rate),
+        "redelay_commands": num(g("redelay", "immediate", "redis_commands_per_delivered_job"), 1),
+        "redelay_trips": num(g("redelay", "immediate", "redis_round_trips_per_delivered_job"), 2),
+        "redelay_xadd_per_job": _per_job(records, "burst", "xadd"),
+        "redelay_redis_cpu": num(g("redelay", "immediate", "redis_cpu_ms_per_1k_jobs"), 1),
+        "redelay_client_cpu": num(g("redelay", "immediate", "client_cpu_ms_per_1k_jobs"), 1),
+        "redelay_ceiling": _ceiling(find(records, "redelay", "immediate")),
+        "script_usec": num(scripts.get("delayed_job_usec"), 1),
+        "script_ceiling": num(scripts.get("delayed_jobs_per_s_ceiling")),
+        "script_immediate_ceiling": num(scripts.get("immediate_jobs_per_s_ceiling_approx")),
+        "memory_without": num(
+            g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job_without_audit")
+        ),
+        "memory_with": num(g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job")),
+        "batch_enqueue": num(g("redelay", "enqueue-batch", "enqueue_jobs_per_s")),
+        "lateness_chart": _image(results, "lateness", "Lateness percentiles under steady load"),
+        "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
+    }
+
+
+def _image(results: dict[str, Any], name: str, alt: str) -> str:
+    path = (results.get("charts") or {}).get(name)
+    return f"![{alt}]({path})" if path else "(chart not drawn: matplotlib is not installed)"
+
+
+def render(results: dict[str, Any], template_path: Path = TEMPLATE_PATH) -> str:
+    return Template(template_path.read_text()).substitute(values(results))
+
+
+def write(results: dict[str, Any], json_path: Path, page_path: Path) -> None:
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    page_path.write_text(render(results))

@@ -21,8 +21,9 @@ from ._cli_output import (
     table,
     usage_error,
 )
-from .replay import Replay, ReplayedJob, compare, fold
-from .store import Store
+from .keys import shard_of
+from .replay import Drift, Replay, ReplayedJob, compare, fold
+from .store import Snapshot, Store
 
 Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000
@@ -77,9 +78,21 @@ def stream_entries(store: Store, start: str = "-", end: str = "+") -> Iterator[E
         start = "(" + entries[-1][0]
 
 
-def _progress(ctx: Context, store: Store, label: str) -> Progress:
-    total = int(store.client.xlen(store.keys.audit))
+def _progress(ctx: Context, shards: list[Store], label: str) -> Progress:
+    total = sum(int(shard.client.xlen(shard.keys.audit)) for shard in shards)
     return Progress(label, total, enabled=ctx.progress)
+
+
+def _merge(replays: list[Replay]) -> Replay:
+    """Shards hold disjoint jobs, each with its own stream: their replays simply add up."""
+    merged = Replay()
+    for replay in replays:
+        merged.jobs.update(replay.jobs)
+        merged.ended.update(replay.ended)
+        merged.anomalies += replay.anomalies
+        merged.events += replay.events
+        merged.last_ms = max(merged.last_ms, replay.last_ms)
+    return merged
 
 
 # -- history --------------------------------------------------------------------------------
@@ -122,15 +135,18 @@ def event_json(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
 
 def run_history(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
+    shards = ctx.shards()
+    shard = shards[shard_of(args.topic, args.id, len(shards))]  # a job's events are in its shard
     start = "-"
     if args.since is not None:
         start = f"{parse_time_ms(args.since, store.clock.now_ms(), 'since')}-0"
-    progress = _progress(ctx, store, "reading audit stream")
+    progress = _progress(ctx, [shard], "reading audit stream")
     events = [
         (entry_id, fields)
-        for entry_id, fields in progress.wrap(stream_entries(store, start))
+        for entry_id, fields in progress.wrap(stream_entries(shard, start))
         if fields.get("i") == args.id and fields.get("t") == args.topic
     ]
+    progress.done()
     if not events:
         raise CliError(
             Exit.NOT_FOUND,
@@ -176,8 +192,9 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error("replay: --limit must be at least 1")
     store = ctx.store()
     at_ms = parse_time_ms(args.at, store.clock.now_ms(), "at")
-    progress = _progress(ctx, store, "replaying audit stream")
-    replay = fold(progress.wrap(stream_entries(store)), until_ms=at_ms)
+    shards = ctx.shards()
+    progress = _progress(ctx, shards, "replaying audit stream")
+    replay = _merge([fold(progress.wrap(stream_entries(s)), until_ms=at_ms) for s in shards])
     progress.done()
     jobs = [
         job
@@ -243,34 +260,49 @@ def _last_entry_id(store: Store) -> str | None:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def run_verify(ctx: Context, args: argparse.Namespace) -> int:
-    store = ctx.store()
-    # Every transition writes its event in the same script, so when the stream's last entry is
-    # the same before and after the snapshot, the snapshot is the state after exactly that entry.
+def _consistent_read(shard: Store) -> tuple[str | None, Snapshot]:
+    """The shard's live state and the id of the last event that produced it.
+
+    Every transition writes its event in the same script, so when the stream's last entry is
+    the same before and after the snapshot, the snapshot is the state after exactly that entry.
+    """
     for _ in range(VERIFY_ATTEMPTS):
-        before = _last_entry_id(store)
-        live = store.snapshot()
-        if _last_entry_id(store) == before:
-            break
-    else:
-        raise CliError(
-            Exit.BUSY,
-            "busy",
-            f"the queue changed during each of {VERIFY_ATTEMPTS} reads of its state; "
-            "retry when it is quieter (or stop the workers)",
-        )
-    progress = _progress(ctx, store, "replaying audit stream")
-    entries: Iterable[Entry] = [] if before is None else stream_entries(store, "-", before)
-    replay = fold(progress.wrap(entries))
+        before = _last_entry_id(shard)
+        live = shard.snapshot()
+        if _last_entry_id(shard) == before:
+            return before, live
+    raise CliError(
+        Exit.BUSY,
+        "busy",
+        f"the queue changed during each of {VERIFY_ATTEMPTS} reads of its state; "
+        "retry when it is quieter (or stop the workers)",
+    )
+
+
+def run_verify(ctx: Context, args: argparse.Namespace) -> int:
+    shards = ctx.shards()
+    progress = _progress(ctx, shards, "replaying audit stream")
+    replays: list[Replay] = []
+    live = Snapshot()
+    drift: list[Drift] = []
+    last_entries: list[str | None] = []
+    for shard in shards:
+        before, shard_live = _consistent_read(shard)
+        entries: Iterable[Entry] = [] if before is None else stream_entries(shard, "-", before)
+        replay = fold(progress.wrap(entries))
+        drift += compare(replay, shard_live)
+        replays.append(replay)
+        live.jobs.update(shard_live.jobs)
+        last_entries.append(before)
     progress.done()
-    drift = compare(replay, live)
+    replay = _merge(replays)
     ok = not drift and not replay.anomalies
     if ctx.json:
         print_json(
             {
                 "ok": ok,
                 "events": replay.events,
-                "last_entry": before,
+                "last_entries": last_entries,
                 "live_jobs": len(live.jobs),
                 "replayed_jobs": len(replay.jobs),
                 "drift": [

@@ -10,10 +10,14 @@ from dataclasses import dataclass
 import redis
 
 from ._cli_output import CliError, Exit
+from ._namespace_config import stored_shards
 from .clock import RedisSyncedClock
 from .embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
-from .errors import RedisServerNotFound
+from .errors import ConfigError, RedisServerNotFound
+from .jobstore import JobStore
+from .sharding import ShardedStore
 from .store import Store
+from .topology import RedisClient, connect
 
 ENV_URL = "REDELAY_REDIS_URL"
 ENV_NAMESPACE = "REDELAY_NAMESPACE"
@@ -46,11 +50,11 @@ class Context:
     json: bool = False
     progress: bool = False
     embedded: EmbeddedServer | None = None
-    _client: redis.Redis | None = None
-    _store: Store | None = None
+    _client: RedisClient | None = None
+    _store: JobStore | None = None
     _clock: RedisSyncedClock | None = None
 
-    def client(self) -> redis.Redis:
+    def client(self) -> RedisClient:
         if self._client is not None:
             return self._client
         url = redis_url(self.args)
@@ -61,28 +65,42 @@ class Context:
                 raise no_redis(f"no --redis URL given and {exc}") from None
             except (OSError, RuntimeError) as exc:
                 raise no_redis(f"could not start the embedded redis-server: {exc}") from None
-            client = self.embedded.client(socket_connect_timeout=CONNECT_TIMEOUT_S)
-        else:
-            try:
-                client = redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
-            except ValueError as exc:
-                raise CliError(Exit.USAGE, "usage", f"--redis: {exc}") from None
+            client: RedisClient = self.embedded.client(socket_connect_timeout=CONNECT_TIMEOUT_S)
+        where = url or (self.embedded.url if self.embedded else "?")
         try:
+            if url is not None:
+                # One server, Redis Cluster or Sentinel, as the URL says (actors.topology).
+                client = connect(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
             client.ping()
+        except (ValueError, ConfigError) as exc:
+            raise CliError(Exit.USAGE, "usage", f"--redis: {exc}") from None
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            client.close()
-            where = url or (self.embedded.url if self.embedded else "?")
             raise no_redis(f"cannot connect to Redis at {where}: {exc}") from None
         self._client = client
         return client
 
-    def store(self) -> Store:
+    def store(self) -> JobStore:
+        """The namespace's store: one shard, or every shard when it was created sharded."""
         if self._store is None:
             client = self.client()
             # Jobs are due on the Redis server's clock, whatever this machine's clock says.
-            self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)
-            self._store = Store(client, namespace(self.args), self._clock)
+            self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)  # type: ignore[arg-type]
+            name = namespace(self.args)
+            # Read, never record: inspecting a namespace must not create its configuration.
+            shards = stored_shards(client, name) or 1
+            if shards == 1 and isinstance(client, redis.Redis):
+                self._store = Store(client, name, self._clock)
+            else:
+                self._store = ShardedStore(client, name, self._clock, shards=shards)
         return self._store
+
+    def shards(self) -> list[Store]:
+        """Each shard's store: the audit stream, dead set and snapshots are per shard."""
+        store = self.store()
+        if isinstance(store, ShardedStore):
+            return list(store.shards)
+        assert isinstance(store, Store)
+        return [store]
 
     def close(self) -> None:
         if self._clock is not None:

@@ -232,7 +232,6 @@ class Progress:
                     self._last = now
                     self._show()
             yield item
-        self.done()
 
     def _show(self, final: bool = False) -> None:
         elapsed = time.monotonic() - self._started
@@ -246,6 +245,7 @@ class Progress:
         self._shown = True
 
     def done(self) -> None:
+        """Prints the final count (call once the work is over)."""
         if self.enabled and (self._shown or not self._tty):
             self._show(final=True)
             self.enabled = False

@@ -19,7 +19,7 @@ import redis
 from . import _cli_audit, _cli_jobs
 from ._cli_context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context
 from ._cli_output import CliError, Exit, print_json
-from .errors import ValidationError
+from .errors import ConfigError, ValidationError
 
 EPILOG = """exit codes: 0 ok, 1 not found or drift, 2 usage or bad input, 3 no Redis,
 4 job exists, 5 busy (verify), 6 worker failed, 130 interrupted. Details: docs/cli.md"""
@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommand_names() -> list[str]:
+    """Every subcommand, in the order of ``--help`` (the docs test checks each is documented)."""
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
 def _run_demo(ctx: Context, args: argparse.Namespace) -> int:
     from .demo import run_demo  # imports the actors; only the demo needs them
 
@@ -159,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(ctx, exc.code, exc.kind, str(exc))
     except ValidationError as exc:
         return _fail(ctx, Exit.USAGE, "invalid", str(exc))
+    except ConfigError as exc:
+        return _fail(ctx, Exit.USAGE, "config", str(exc))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return _fail(ctx, Exit.NO_REDIS, "no_redis", f"lost the connection to Redis: {exc}")
     except KeyboardInterrupt:

@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import redis
 
+from actors._namespace_config import ensure_shards
 from actors.clock import SystemClock
 from actors.embedded import RedisProcess
 from actors.embedded_default import socket_path_for
-from actors.keys import member
+from actors.keys import member, shard_of
+from actors.sharding import ShardedStore
 from actors.store import Store
 
 NS = "clitest"
@@ -327,6 +329,31 @@ def test_verify_agrees_then_finds_drift(cli: Cli, store: Store, redis_client: re
     ]  # fmt: skip
     human = cli("verify")
     assert human.returncode == 1 and "DRIFT" in human.stdout
+
+
+def test_a_sharded_namespace_is_read_across_its_shards(
+    cli: Cli, redis_client: redis.Redis, redis_server: RedisProcess
+) -> None:
+    ensure_shards(redis_client, "sharded", 4)
+    sharded = ShardedStore(redis_client, "sharded", SystemClock(), shards=4)
+    ids = [str(n) for n in range(12)]
+    assert len({shard_of("t", i, 4) for i in ids}) > 1  # the jobs really are spread out
+
+    def run_sharded(*args: str) -> Any:
+        result = run(*args, "--redis", redis_server.url, "--namespace", "sharded", "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    for job_id in ids:
+        run_sharded("add", "t", job_id, "--delay", "1h")
+    assert sharded.stats()["t"]["delayed"] == 12
+    assert run_sharded("stats")["totals"]["delayed"] == 12
+    assert run_sharded("get", "t", "7")["state"] == "delayed"
+    assert [e["event"] for e in run_sharded("history", "t", "7")] == ["added"]
+    assert len(run_sharded("replay")["jobs"]) == 12
+    assert run_sharded("verify")["ok"] is True
+    assert run_sharded("cancel", "t", "7")["result"] == "removed"
+    assert run_sharded("verify")["live_jobs"] == 11
 
 
 # -- where the queue is -----------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from types import FrameType
 from typing import Any
 
@@ -32,7 +33,11 @@ def load_queue(target: str) -> DelayQueue:
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
             raise usage_error(f"worker: no module named {module_name!r}") from None
-        raise  # a module the user's module imports is missing: show the traceback
+        traceback.print_exc()  # a module the user's module imports is missing
+        raise usage_error(f"worker: importing {module_name!r} failed: {exc}") from None
+    except Exception as exc:
+        traceback.print_exc()  # the user's module raised: its traceback is what helps
+        raise usage_error(f"worker: importing {module_name!r} failed: {exc!r}") from None
     obj: Any = module
     for part in attr.split("."):
         try:

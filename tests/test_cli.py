@@ -477,11 +477,13 @@ def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path
         ("no_such_module_xyz:queue", "no module named"),
         ("myworker:missing", "has no 'missing'"),
         ("myworker:DONE", "not a DelayQueue"),
+        ("broken:queue", "importing 'broken' failed: RuntimeError('no config')"),
     ],
 )
 def test_worker_with_a_bad_target_exits_2(
     cli: Cli, tmp_path: Path, target: str, message: str
 ) -> None:
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no config')\n")
     worker = start_worker(tmp_path, cli.url, target)
     _, err = worker.communicate(timeout=30)
     assert worker.returncode == 2

@@ -1,8 +1,10 @@
 """What every redelay actor shares: a name, a supervisor to tell when it dies, and timers.
 
-Pykka calls ``on_failure`` (not ``on_stop``) when a `tell` handler raises; the actor is then dead.
-We tell the watchdog, which restarts it. Expected trouble (Redis going away) is caught inside the
-handlers and retried with backoff, so only bugs kill an actor.
+Pykka's failure rules: an exception in a `tell` handler stops the actor and calls
+``on_failure`` (not ``on_stop``); an exception in ``on_start`` stops it without calling either.
+Both paths tell the watchdog ActorDied, and the watchdog builds the actor's unit again.
+Expected trouble (Redis going away) is caught inside the handlers and retried with backoff, so
+only bugs kill an actor.
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ class RedelayActor(pykka.ThreadingActor):
         self._timers.append(timer)
         return timer
 
+    def on_start(self) -> None:
+        """Runs ``started()`` on the actor's thread; a failure there is reported like one in a
+        tell, because Pykka calls no ``on_failure`` for it."""
+        try:
+            self.started()
+        except Exception as exc:
+            self._cancel_timers()
+            self._report_death(exc)
+            raise
+
+    def started(self) -> None:
+        """Subclasses start here (on the actor's thread) instead of ``on_start``."""
+
     def on_stop(self) -> None:
         self._cancel_timers()
 
@@ -49,9 +64,13 @@ class RedelayActor(pykka.ThreadingActor):
         traceback: TracebackType | None,
     ) -> None:
         self._cancel_timers()
-        log.error("actor %s died: %r", self.name, exception_value)
+        self._report_death(exception_value)
+
+    def _report_death(self, exc: BaseException | None) -> None:
+        log.error("actor %s died: %r", self.name, exc)
         if self.supervisor is not None:
-            _tell_if_alive(self.supervisor, ActorDied(self.name, repr(exception_value)))
+            urn = self.actor_ref.actor_urn
+            _tell_if_alive(self.supervisor, ActorDied(self.name, urn, repr(exc)))
 
     def _cancel_timers(self) -> None:
         for timer in self._timers:

@@ -1,9 +1,12 @@
 """Messages the actors send each other. Every message between actors is a `tell`;
 `ask` is kept for the outside world (the facade, tests, the shutdown sequence).
+
+docs/concepts.md has the table of who sends what to whom.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,17 +14,22 @@ import pykka
 
 from .store import Lease
 
+# Builds a unit's actors; receives the watchdog's ref to pass on as their supervisor.
+Factory = Callable[[pykka.ActorRef[Any]], dict[str, pykka.ActorRef[Any]]]
+
 
 @dataclass(frozen=True, slots=True)
 class Carry:
-    """Carrier: move due jobs now. ``reason`` shows in logs (timer, wake, watchdog, retry)."""
+    """Carrier: move due jobs now. ``reason`` is counted in its stats (start, timer, wake,
+    watchdog, resubscribed, more, retry)."""
 
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """Carrier: a delayed job due at ``due_ms`` was added (maybe by another process)."""
+    """Carrier (from its WakeSubscriber thread): a delayed job due at ``due_ms`` became the
+    earliest one (maybe added by another process)."""
 
     due_ms: int
 
@@ -45,7 +53,7 @@ class SlotsFreed:
 
 @dataclass(frozen=True, slots=True)
 class StopFetching:
-    """TopicListener: lease nothing more (shutdown)."""
+    """TopicListener (ask, shutdown): lease nothing more; answers its free slots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +65,8 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """ConsumerPool (from a handler thread): a job's handler returned or raised."""
+    """ConsumerPool (from a handler thread or the event loop): a job's handler returned or
+    raised."""
 
     key: tuple[str, str]
     token: str
@@ -91,21 +100,46 @@ class Drain:
 
 
 @dataclass(frozen=True, slots=True)
+class Supervise:
+    """Watchdog (ask, at start): build a unit of actors from ``factory`` and keep it alive."""
+
+    unit: str
+    factory: Factory
+
+
+@dataclass(frozen=True, slots=True)
 class WatchdogTick:
-    """Watchdog: force a carry and check every supervised actor."""
+    """Watchdog (from its clock timer): force a carry and check every supervised actor."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckUnits:
+    """Watchdog (from its clock timer): restart the units that are dead (a delayed restart)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ActorDied:
-    """Watchdog: a supervised actor stopped with an error."""
+    """Watchdog: a supervised actor stopped with an error. ``urn`` names the very actor, so a
+    death reported after its unit was already replaced restarts nothing."""
 
     name: str
+    urn: str
     error: str
 
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """Watchdog (ask): a report of every supervised actor."""
+    """Watchdog (ask): a report of every supervised unit."""
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentRefs:
+    """Watchdog (ask): the refs of every unit, as they are now."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopSupervising:
+    """Watchdog (ask, shutdown): restart nothing from now on; answers the refs of every unit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
-"""Carrier: moves due jobs to their topic's ready list.
+"""Carrier: moves due jobs to their topic's ready list, in bounded batches.
 
 It sleeps until the earliest due time (a clock timer) and wakes early when an earlier job is
-added: the add script publishes the due time on the shard's wake channel, which every process's
-carrier hears, so a job added by a producer-only process is carried on time. The watchdog's
-periodic Carry is the backstop for a missed message.
+added: the add and fail scripts publish the due time on the shard's wake channel when a job
+becomes the earliest, every process's carrier hears it (through its WakeSubscriber thread), so a
+job added by a producer-only process is carried on time. The watchdog's periodic Carry is the
+backstop for a wake message that was lost anyway.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections import Counter
 from typing import Any
 
 import pykka
@@ -24,7 +26,7 @@ from .store import Store
 
 log = logging.getLogger("actors.carrier")
 
-# Most carry calls per message before yielding the mailbox to other messages (e.g. Stop).
+# Most carry calls per message before yielding the mailbox to other messages (e.g. a stop).
 _ROUNDS_PER_MESSAGE = 20
 
 
@@ -45,9 +47,10 @@ class Carrier(RedelayActor):
         self.timer_at_ms: int | None = None
         self.carried = 0
         self.carries = 0
+        self.reasons: Counter[str] = Counter()
         self.subscriber: WakeSubscriber | None = None
 
-    def on_start(self) -> None:
+    def started(self) -> None:
         self.subscriber = WakeSubscriber(self.store, self.actor_ref)
         self.subscriber.start()
         self.actor_ref.tell(Carry("start"))
@@ -64,14 +67,21 @@ class Carrier(RedelayActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Carry):
-            self._carry(message.reason)
+            self.reasons[message.reason] += 1
+            self._carry()
         elif isinstance(message, Wake):
             self._wake(message.due_ms)
         elif isinstance(message, Stats):
-            return {"carried": self.carried, "carries": self.carries, "next_ms": self.timer_at_ms}
+            return {
+                "carried": self.carried,
+                "carries": self.carries,
+                "next_ms": self.timer_at_ms,
+                "failures": self.backoff.failures,
+                "reasons": dict(self.reasons),
+            }
         return None
 
-    def _carry(self, reason: str) -> None:
+    def _carry(self) -> None:
         try:
             for _ in range(_ROUNDS_PER_MESSAGE):
                 moved, next_due = self.store.carry(self.batch)
@@ -85,35 +95,39 @@ class Carrier(RedelayActor):
         except redis.RedisError as exc:
             wait_ms = self.backoff.next_ms()
             log.warning("carry failed (%s); retrying in %d ms", exc, wait_ms)
-            self._sleep_until(self.clock.now_ms() + wait_ms, force=True)
+            self._sleep_until(self.clock.now_ms() + wait_ms, retry=True)
             return
         self.backoff.reset()
-        self._sleep_until(next_due, force=True)
+        self._sleep_until(next_due)
 
     def _wake(self, due_ms: int) -> None:
         if due_ms <= self.clock.now_ms():
-            self._carry("wake")
+            self.reasons["wake"] += 1
+            self._carry()
         elif self.timer_at_ms is None or due_ms < self.timer_at_ms:
-            self._sleep_until(due_ms, force=True)
+            self._sleep_until(due_ms)
 
-    def _sleep_until(self, at_ms: int | None, force: bool) -> None:
+    def _sleep_until(self, at_ms: int | None, retry: bool = False) -> None:
         if self.timer is not None:
             self.timer.cancel()
         self.timer, self.timer_at_ms = None, at_ms
         if at_ms is not None:
-            self.timer = self.tell_at(at_ms, Carry("timer"))
+            self.timer = self.tell_at(at_ms, Carry("retry" if retry else "timer"))
 
 
 class WakeSubscriber:
     """A thread that turns wake-channel messages into Wake messages for the carrier.
 
-    After a dropped connection it subscribes again and asks for a carry, because a wake
-    published while it was away is lost (pub/sub keeps nothing).
+    Pub/sub keeps nothing: a wake published while the connection was down is lost. So every
+    subscription after the first (redis-py may resubscribe on its own after a reconnect, or we do
+    after an error) asks the carrier for a carry, which finds whatever was added meanwhile.
     """
 
-    def __init__(self, store: Store, carrier: pykka.ActorRef[Any]) -> None:
+    def __init__(self, store: Store, carrier: pykka.ActorRef[Any], poll_s: float = 0.25) -> None:
         self.store = store
         self.carrier = carrier
+        self.poll_s = poll_s  # how often the thread looks at its stop flag; no Redis traffic
+        self.subscriptions = 0
         self._stop = threading.Event()
         self._subscribed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="redelay-wake", daemon=True)
@@ -123,36 +137,41 @@ class WakeSubscriber:
         # Subscribe before the first carry, so no wake can fall between the two.
         self._subscribed.wait(timeout_s)
 
-    def stop(self) -> None:
+    def stop(self, join_s: float = 1.0) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=join_s)
 
     def _run(self) -> None:
         backoff = Backoff()
-        first = True
+        channel = self.store.keys.wake_channel.encode()
         while not self._stop.is_set():
-            pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub = self.store.client.pubsub()  # type: ignore[no-untyped-call]
             try:
-                pubsub.subscribe(self.store.keys.wake_channel)
-                pubsub.get_message(timeout=1.0)  # the subscribe confirmation
-                self._subscribed.set()
-                if not first:
-                    self._tell(Carry("resubscribed"))
-                first = False
-                backoff.reset()
+                pubsub.subscribe(channel)
                 while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is not None and message["type"] == "message":
+                    message = pubsub.get_message(timeout=self.poll_s)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self._subscription()
+                        backoff.reset()
+                    elif message["type"] == "message":
                         self._tell(Wake(int(message["data"])))
-            except (redis.RedisError, OSError) as exc:
+            except Exception as exc:  # e.g. the client closed under us: never end the thread
                 self._subscribed.set()  # do not hold up start(); the carrier runs on timers
                 wait_s = backoff.next_ms() / 1000
                 log.warning("wake channel lost (%s); resubscribing in %.2fs", exc, wait_s)
                 self._stop.wait(wait_s)
             finally:
-                with contextlib.suppress(redis.RedisError, OSError):
+                with contextlib.suppress(Exception):
                     pubsub.close()
+
+    def _subscription(self) -> None:
+        self.subscriptions += 1
+        if self.subscriptions > 1:
+            self._tell(Carry("resubscribed"))
+        self._subscribed.set()
 
     def _tell(self, message: Any) -> None:
         try:

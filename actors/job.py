@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from . import validation
 from .store import Lease
 
 
@@ -48,6 +49,7 @@ class Retry(Exception):
 
     def __init__(self, after: float | timedelta, reason: str = "retry requested") -> None:
         seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
-        self.after_ms = round(seconds * 1000)
+        # A bad delay raises here, inside the handler, so it is an ordinary failed attempt.
+        self.after_ms = validation.delay_ms(seconds * 1000, "after")
         self.reason = reason
         super().__init__(f"{reason} (after {seconds:g}s)")

@@ -2,15 +2,20 @@
 
 It leases at most as many jobs as the pool has free slots, in one round trip, so jobs wait in
 Redis and not in this process. When nothing is ready it blocks on Redis with
-``BLMOVE ready ready LEFT LEFT``: that moves the head of the list back onto itself (a no-op)
-and returns as soon as the list is non-empty, so there is no polling and no wake-up can be lost
-(the list itself is the signal). Shutdown unblocks it with ``CLIENT UNBLOCK`` (see
-:func:`unblock`).
+``BLMOVE ready ready LEFT LEFT`` on a connection of its own: that moves the head of the list back
+onto itself (a no-op) and returns as soon as the list is non-empty. The list itself is the
+signal, so there is no polling, and no wake-up is lost: a job pushed between the empty lease and
+the BLMOVE is already in the list when BLMOVE looks. Shutdown unblocks it with
+``CLIENT UNBLOCK`` (see :func:`unblock`) instead of waiting for the block timeout.
+
+While blocked, the actor answers no messages (its thread is in the BLMOVE); what it would get
+then (SlotsFreed, Stats) can wait, because a blocked listener has free slots and no work.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import pykka
@@ -21,7 +26,7 @@ from ._backoff import Backoff
 from ._connections import dedicated_client
 from ._messages import Fetch, Run, SlotsFreed, Stats, StopFetching
 from .clock import Clock
-from .store import Store
+from .store import Lease, Store
 
 log = logging.getLogger("actors.listener")
 
@@ -52,8 +57,11 @@ class TopicListener(RedelayActor):
         self.fetch_pending = False
         self.stopping = False
         self.leased = 0
+        self.leases = 0  # lease round trips
+        self.waits = 0  # BLMOVE round trips
         # A connection of its own for the blocking wait. Its name survives reconnects (redis-py
-        # sets it on every connect), so shutdown can find it in CLIENT LIST and unblock it.
+        # sets it on every connect), so shutdown can find it in CLIENT LIST and unblock it. It
+        # does not retry inside redis-py: the actor's own backoff does that.
         self.connection_name = listener_connection_name(consumer, topic)
         self.blocking = dedicated_client(
             store.client,
@@ -61,7 +69,7 @@ class TopicListener(RedelayActor):
             socket_timeout=block_timeout_s + 5.0,
         )
 
-    def on_start(self) -> None:
+    def started(self) -> None:
         self._request_fetch()
 
     def on_stop(self) -> None:
@@ -83,7 +91,13 @@ class TopicListener(RedelayActor):
             self.stopping = True
             return self.free_slots
         elif isinstance(message, Stats):
-            return {"leased": self.leased, "free_slots": self.free_slots}
+            return {
+                "leased": self.leased,
+                "leases": self.leases,
+                "waits": self.waits,
+                "free_slots": self.free_slots,
+                "failures": self.backoff.failures,
+            }
         return None
 
     def _request_fetch(self) -> None:
@@ -92,12 +106,13 @@ class TopicListener(RedelayActor):
             self.actor_ref.tell(Fetch())
 
     def _fetch(self) -> None:
-        if self.stopping or self.free_slots <= 0:
-            return
+        if self.stopping or self.free_slots <= 0 or not self.pool.is_alive():
+            return  # a dead pool means the watchdog is replacing this unit
         try:
             leases = self.store.lease(
                 self.topic, min(self.free_slots, self.batch_max), self.consumer
             )
+            self.leases += 1
             if not leases:
                 self._wait_for_work()
         except redis.RedisError as exc:
@@ -110,18 +125,35 @@ class TopicListener(RedelayActor):
         if leases:
             self.free_slots -= len(leases)
             self.leased += len(leases)
-            self.pool.tell(Run(tuple(leases)))
+            try:
+                self.pool.tell(Run(tuple(leases)))
+            except pykka.ActorDeadError:
+                self._give_back(leases)
+                return
         self._request_fetch()
+
+    def _give_back(self, leases: list[Lease]) -> None:
+        """The pool died between the lease and the Run: release the jobs, no attempt counted."""
+        try:
+            self.store.release_many([(x.topic, x.id, x.token) for x in leases])
+        except redis.RedisError as exc:
+            log.warning("listener %s: release failed (%s); leases will expire", self.topic, exc)
 
     def _wait_for_work(self) -> None:
         key = self.store.keys.ready(self.topic)
+        self.waits += 1
         # redis-py types the timeout as int; Redis 6+ takes fractional seconds.
         self.blocking.blmove(key, key, self.block_timeout_s, "LEFT", "LEFT")  # type: ignore[arg-type]
 
 
 def listener_connection_name(consumer: str, topic: str) -> str:
-    """Unique per process and topic (the consumer name holds host, pid and a random part)."""
-    return f"redelay-listener:{consumer}:{topic}"
+    """Unique per process and topic (the consumer name holds host, pid and a random part).
+
+    Redis refuses client names with spaces or special characters, so the consumer name (which
+    the user may choose) is reduced to a safe set; topics are already restricted to it.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._:@/+=\-]", "_", consumer)
+    return f"redelay-listener:{safe}:{topic}"
 
 
 def unblock(client: redis.Redis, connection_name: str) -> int:

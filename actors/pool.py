@@ -1,8 +1,9 @@
 """ConsumerPool: runs one topic's handler with a concurrency limit and a timeout.
 
-Handlers run on worker threads (or on the pool's event loop when they are coroutines). Results
-come back as Finished messages; the pool acks and fails them in batches (one round trip each),
-extends the leases of long handlers, and tells the listener how many slots it freed.
+Handlers run on worker threads, or on the pool's own event loop when they are coroutines.
+Results come back as Finished messages; the pool acks and fails them in batches (one round trip
+each for everything that finished meanwhile), extends the leases of long handlers so no other
+consumer is handed their job, and tells the listener how many slots it freed.
 
 A sync handler that overruns its timeout is failed (the job is retried on its schedule) and
 counted in ``timeouts``. Python cannot kill a thread, so that thread keeps running and keeps its
@@ -11,6 +12,7 @@ slot until the handler returns; its late result is ignored. An async handler is 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -23,6 +25,7 @@ from typing import Any
 import pykka
 import redis
 
+from . import _constants as c
 from ._actor import RedelayActor
 from ._backoff import Backoff
 from ._messages import CheckRunning, Drain, Finished, Flush, Run, SetListener, SlotsFreed, Stats
@@ -35,13 +38,14 @@ from .store import Lease, Store
 log = logging.getLogger("actors.pool")
 
 Handler = Callable[[Job], Any]
+Outcome = tuple[bool, str, int | None]  # ok, detail or reason, retry_after_ms
 
 
 @dataclass(slots=True)
 class _Running:
     lease: Lease
     started_ms: int
-    lease_ms: int
+    lease_ms: int  # how far each extension pushes the deadline
     task: Task | None = None
     future: Future[Any] | None = None
     timed_out: bool = False
@@ -57,6 +61,7 @@ class ConsumerPool(RedelayActor):
         *,
         concurrency: int,
         timeout_ms: int,
+        lease_ms: int = c.DEFAULT_LEASE_MS,
         supervisor: pykka.ActorRef[Any] | None = None,
         check_interval_ms: int = 100,
     ) -> None:
@@ -67,6 +72,7 @@ class ConsumerPool(RedelayActor):
         self.is_async = inspect.iscoroutinefunction(handler)
         self.concurrency = concurrency
         self.timeout_ms = timeout_ms
+        self.lease_ms = lease_ms  # the topic's lease, for jobs that set none of their own
         self.check_interval_ms = check_interval_ms
         self.listener: pykka.ActorRef[Any] | None = None
         self.running: dict[tuple[str, str], _Running] = {}
@@ -78,11 +84,20 @@ class ConsumerPool(RedelayActor):
         self.drain_future: pykka.Future[int] | None = None
         self.drained = False
         self.backoff = Backoff()
-        self.counts = {"started": 0, "acked": 0, "failed": 0, "timeouts": 0, "lost_leases": 0}
+        self.counts = {
+            "started": 0,
+            "acked": 0,
+            "failed": 0,
+            "timeouts": 0,
+            "lost_leases": 0,
+            "released": 0,
+            "extended": 0,
+            "flushes": 0,
+        }
         self.threads: WorkerThreads | None = None
         self.loop: EventLoopThread | None = None
 
-    def on_start(self) -> None:
+    def started(self) -> None:
         if self.is_async:
             self.loop = EventLoopThread(f"redelay-{self.topic}-loop")
         else:
@@ -90,7 +105,17 @@ class ConsumerPool(RedelayActor):
 
     def on_stop(self) -> None:
         super().on_stop()
+        self._release_not_started()
         self._flush()
+        self._close_workers()
+
+    def on_failure(self, *args: Any) -> None:
+        with contextlib.suppress(Exception):
+            self._release_not_started()
+        self._close_workers()
+        super().on_failure(*args)
+
+    def _close_workers(self) -> None:
         if self.threads is not None:
             self.threads.shutdown()
         if self.loop is not None:
@@ -109,6 +134,7 @@ class ConsumerPool(RedelayActor):
             self._check_running()
         elif isinstance(message, SetListener):
             self.listener = message.listener
+            self._free_slots()  # jobs may have finished before the listener was known
         elif isinstance(message, Drain):
             self._drain(message.idle)
         elif isinstance(message, Stats):
@@ -120,41 +146,53 @@ class ConsumerPool(RedelayActor):
     def _run(self, leases: tuple[Lease, ...]) -> None:
         now = self.clock.now_ms()
         for lease in leases:
-            running = _Running(lease, now, max(1, lease.deadline_ms - now))
+            lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or self.lease_ms)
+            running = _Running(lease, now, lease_ms)
             self.running[lease.key] = running
-            job = Job.from_lease(lease)
             if self.loop is not None:
-                running.future = self.loop.submit(self._call_async(job))
+                running.future = self.loop.submit(self._call_async(lease))
             else:
                 assert self.threads is not None
-                running.task = self.threads.submit(partial(self._call_sync, job))
+                running.task = self.threads.submit(partial(self._call_sync, lease))
             self.counts["started"] += 1
         if self.drain_future is not None:
             self._release_not_started()
         self._ensure_check()
 
-    def _call_sync(self, job: Job) -> None:
+    def _call_sync(self, lease: Lease) -> None:
         """Runs on a worker thread."""
-        self._report(job, *_outcome(self.handler, job))
-
-    async def _call_async(self, job: Job) -> None:
-        """Runs on the pool's event loop."""
-        outcome: tuple[bool, str, int | None]
         try:
-            result = await self.handler(job)
+            job = Job.from_lease(lease)  # a body that is not JSON fails this attempt
+            result = self.handler(job)
+        except Retry as retry:
+            self._report(lease, (False, retry.reason, retry.after_ms))
+        except BaseException as exc:  # even SystemExit: the thread and its slot live on
+            self._report(lease, (False, _describe(exc), None))
+        else:
+            self._report(lease, (True, result if isinstance(result, str) else "", None))
+
+    async def _call_async(self, lease: Lease) -> None:
+        """Runs on the pool's event loop."""
+        outcome: Outcome
+        try:
+            result = await self.handler(Job.from_lease(lease))
             outcome = (True, result if isinstance(result, str) else "", None)
         except Retry as retry:
             outcome = (False, retry.reason, retry.after_ms)
+        except asyncio.CancelledError:
+            # Cancelled because it timed out: the report only frees its slot.
+            self._report(lease, (False, "cancelled", None))
+            raise
         except Exception as exc:
             outcome = (False, _describe(exc), None)
-        self._report(job, *outcome)
+        self._report(lease, outcome)
 
-    def _report(self, job: Job, ok: bool, detail: str, retry_after_ms: int | None) -> None:
-        # If the pool was restarted meanwhile, the job's lease expires and a sweeper recovers it.
+    def _report(self, lease: Lease, outcome: Outcome) -> None:
+        # If the pool was stopped or restarted meanwhile, the job keeps its lease until it
+        # expires and a sweeper recovers it.
+        ok, detail, retry_after_ms = outcome
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(
-                Finished((job.topic, job.id), job.token, ok, detail, retry_after_ms)
-            )
+            self.actor_ref.tell(Finished(lease.key, lease.token, ok, detail, retry_after_ms))
 
     # -- results ----------------------------------------------------------------------------
 
@@ -169,9 +207,10 @@ class ConsumerPool(RedelayActor):
             if message.ok:
                 self.acks.append((topic, job_id, message.token, message.detail))
             else:
-                self.fails.append(
-                    (topic, job_id, message.token, message.detail, message.retry_after_ms)
-                )
+                after_ms = message.retry_after_ms
+                if after_ms is not None:  # Retry checks its delay; this keeps a batch sendable
+                    after_ms = min(max(0, after_ms), c.DELAY_MAX_MS)
+                self.fails.append((topic, job_id, message.token, message.detail, after_ms))
         self._request_flush()
 
     def _request_flush(self) -> None:
@@ -182,16 +221,20 @@ class ConsumerPool(RedelayActor):
 
     def _flush(self) -> None:
         try:
-            if self.acks:
-                codes = self.store.ack_many(self.acks)
+            while self.acks:
+                batch = self.acks[: c.BATCH_MAX_JOBS]
+                codes = self.store.ack_many(batch)
+                self.counts["flushes"] += 1
                 self.counts["acked"] += codes.count(ErrorCode.OK)
                 self._count_lost(codes)
-                self.acks = []
-            if self.fails:
-                results = self.store.fail_many(self.fails)
-                self.counts["failed"] += len(self.fails)
+                del self.acks[: len(batch)]
+            while self.fails:
+                fails = self.fails[: c.BATCH_MAX_JOBS]
+                results = self.store.fail_many(fails)
+                self.counts["flushes"] += 1
+                self.counts["failed"] += len(fails)
                 self._count_lost(results)
-                self.fails = []
+                del self.fails[: len(fails)]
         except redis.RedisError as exc:
             wait_ms = self.backoff.next_ms()
             log.warning("pool %s: flush failed (%s); retrying in %d ms", self.topic, exc, wait_ms)
@@ -199,10 +242,16 @@ class ConsumerPool(RedelayActor):
             self.tell_later(wait_ms, Flush())
             return
         self.backoff.reset()
-        if self.slots_to_free and self.listener is not None and self.drain_future is None:
-            self.listener.tell(SlotsFreed(self.slots_to_free))
-        self.slots_to_free = 0
+        self._free_slots()
         self._maybe_idle()
+
+    def _free_slots(self) -> None:
+        # Slots are given back after the flush, so the listener never leases more jobs than
+        # this process has finished with in Redis.
+        if self.slots_to_free and self.listener is not None and self.drain_future is None:
+            with contextlib.suppress(pykka.ActorDeadError):  # stopping with its unit
+                self.listener.tell(SlotsFreed(self.slots_to_free))
+            self.slots_to_free = 0
 
     def _count_lost(self, results: list[Any]) -> None:
         lost = sum(1 for r in results if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED))
@@ -233,25 +282,28 @@ class ConsumerPool(RedelayActor):
             elif running.lease.deadline_ms - now <= running.lease_ms // 2:
                 extend.append((key[0], key[1], running.lease.token, running.lease_ms))
         if extend:
-            self._extend(extend, now)
+            self._extend(extend)
         if self.fails:
             self._request_flush()
         self._ensure_check()
 
-    def _extend(self, extend: list[tuple[str, str, str, int]], now: int) -> None:
-        try:
-            deadlines = self.store.extend_many(extend)
-        except redis.RedisError as exc:
-            log.warning("pool %s: extend failed (%s); next check retries", self.topic, exc)
-            return
-        for (topic, job_id, _, _), deadline in zip(extend, deadlines, strict=True):
-            running = self.running.get((topic, job_id))
-            if running is None:
-                continue
-            if deadline > 0:
-                running.lease = _with_deadline(running.lease, deadline)
-            else:
-                self.counts["lost_leases"] += 1
+    def _extend(self, extend: list[tuple[str, str, str, int]]) -> None:
+        for start in range(0, len(extend), c.BATCH_MAX_JOBS):
+            batch = extend[start : start + c.BATCH_MAX_JOBS]
+            try:
+                deadlines = self.store.extend_many(batch)
+            except redis.RedisError as exc:
+                log.warning("pool %s: extend failed (%s); next check retries", self.topic, exc)
+                return
+            for (topic, job_id, _, _), deadline in zip(batch, deadlines, strict=True):
+                running = self.running.get((topic, job_id))
+                if running is None:
+                    continue
+                if deadline > 0:
+                    running.lease = replace(running.lease, deadline_ms=deadline)
+                    self.counts["extended"] += 1
+                else:
+                    self.counts["lost_leases"] += 1
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -269,6 +321,7 @@ class ConsumerPool(RedelayActor):
         releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in withdrawn]
         try:
             self.store.release_many(releases)
+            self.counts["released"] += len(releases)
         except redis.RedisError as exc:
             log.warning("pool %s: release failed (%s); leases will expire", self.topic, exc)
 
@@ -280,19 +333,5 @@ class ConsumerPool(RedelayActor):
         self.drain_future.set(len(self.running))
 
 
-def _outcome(handler: Handler, job: Job) -> tuple[bool, str, int | None]:
-    try:
-        result = handler(job)
-    except Retry as retry:
-        return False, retry.reason, retry.after_ms
-    except Exception as exc:
-        return False, _describe(exc), None
-    return True, result if isinstance(result, str) else "", None
-
-
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _with_deadline(lease: Lease, deadline_ms: int) -> Lease:
-    return replace(lease, deadline_ms=deadline_ms)
+    return f"{type(exc).__name__}: {exc}"[: c.REASON_MAX_CHARS]

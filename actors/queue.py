@@ -26,6 +26,7 @@ from . import _constants as c
 from . import validation
 from .clock import Clock, RedisSyncedClock
 from .errors import ConfigError, ValidationError
+from .keys import split_member
 from .replay import history as replay_history
 from .store import AuditRetention, JobInfo, NewJob, Store, TopicConfig
 from .system import ActorSystem, HandlerSpec, SystemSettings
@@ -125,6 +126,8 @@ class DelayQueue:
         self._system: ActorSystem | None = None
         self._stopped = threading.Event()
         self._stopped.set()
+        self._stop_lock = threading.Lock()
+        self._closed = False
 
     @property
     def namespace(self) -> str:
@@ -245,18 +248,42 @@ class DelayQueue:
         return self.store.dead(topic, limit)
 
     def requeue_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
-        """Requeues one dead job, or every dead job (of a topic). Returns how many."""
-        return self.store.requeue_dead(self._dead_keys(topic, job_id))
+        """Gives dead jobs a fresh start (attempts reset, due now): one job, every dead job of a
+        topic, or every dead job. Returns how many were requeued."""
+        return self._each_dead_batch(self.store.requeue_dead, topic, job_id)
 
     def purge_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
-        return self.store.purge_dead(self._dead_keys(topic, job_id))
+        """Deletes dead jobs, chosen like requeue_dead. Returns how many were deleted."""
+        return self._each_dead_batch(self.store.purge_dead, topic, job_id)
 
-    def _dead_keys(self, topic: str | None, job_id: str | None) -> list[tuple[str, str]]:
+    def _each_dead_batch(
+        self,
+        change: Callable[[list[tuple[str, str]]], int],
+        topic: str | None,
+        job_id: str | None,
+    ) -> int:
         if job_id is not None:
             if topic is None:
                 raise ValidationError("topic", "is needed with an id")
-            return [(topic, job_id)]
-        return [(j.topic, j.id) for j in self.store.dead(topic, limit=c.BATCH_MAX_JOBS)]
+            return change([(topic, job_id)])
+        if topic is not None:
+            validation.topic(topic)
+        # The dead set is read in pages and changed in batches of at most BATCH_MAX_JOBS, so any
+        # number of dead jobs is handled without one huge script call.
+        keys: list[tuple[str, str]] = []
+        start = 0
+        while True:
+            page = self.client.zrange(self.store.keys.dead, start, start + c.BATCH_MAX_JOBS - 1)
+            if not page:
+                break
+            start += len(page)
+            for raw in page:
+                t, i = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
+                if topic is None or t == topic:
+                    keys.append((t, i))
+        return sum(
+            change(keys[n : n + c.BATCH_MAX_JOBS]) for n in range(0, len(keys), c.BATCH_MAX_JOBS)
+        )
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -313,18 +340,26 @@ class DelayQueue:
         return self
 
     def stop(self, grace: float = 20.0) -> dict[str, Any]:
-        """Stops gracefully within ``grace`` + about one second and loses no job. Returns a
-        report (seconds taken, pools with handlers still running)."""
-        report: dict[str, Any] = {}
-        if self._system is not None:
-            report = self._system.stop(grace)
-            self._system = None
-        self.close()
-        self._stopped.set()
-        return report
+        """Stops gracefully within ``grace`` + about one second and loses no job: fetching
+        stops at once, jobs fetched but not started go back to ready, running handlers get
+        ``grace`` seconds, and jobs still running after that keep their lease (a sweeper
+        recovers them). Then connections are closed. Returns a report (seconds taken, pools
+        with handlers still running). A second call, e.g. from a second signal, waits for the
+        first."""
+        with self._stop_lock:
+            report: dict[str, Any] = {}
+            if self._system is not None:
+                report = self._system.stop(grace)
+                self._system = None
+            self.close()
+            self._stopped.set()
+            return report
 
     def close(self) -> None:
         """Closes connections, the clock and the embedded server (stop() calls this)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._owns_clock:
             self.clock.close()
         self.client.close()
@@ -337,9 +372,16 @@ class DelayQueue:
         return self._stopped.wait(timeout)
 
     def install_signal_handlers(self, grace: float = 20.0) -> None:
-        """SIGTERM and SIGINT stop the queue gracefully (call from the main thread)."""
+        """SIGTERM and SIGINT stop the queue gracefully (call from the main thread); wait()
+        returns once stopped. The stop runs on its own thread, because a signal handler runs on
+        the main thread between two bytecodes and must not block it."""
+        signalled = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            if signalled.is_set():
+                log.info("signal %d: already stopping", signum)
+                return
+            signalled.set()
             log.info("signal %d: stopping (grace %.1fs)", signum, grace)
             threading.Thread(target=self.stop, args=(grace,), name="redelay-stop").start()
 
@@ -347,7 +389,8 @@ class DelayQueue:
         signal.signal(signal.SIGINT, on_signal)
 
     def health(self) -> dict[str, Any]:
-        """Per supervised unit: alive, restarts, last error. Empty when not started."""
+        """Per supervised unit ("watchdog", "carrier", "sweeper", "topic:<name>"): alive,
+        restarts, last error, when it was last restarted. Empty when not started."""
         return {} if self._system is None else self._system.health()
 
     def actor_stats(self) -> dict[str, Any]:

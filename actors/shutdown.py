@@ -1,14 +1,15 @@
 """ShutdownCoordinator: stops everything in order without losing a job.
 
-1. Stop fetching at once: every listener is told StopFetching and, if it is blocked on Redis,
-   unblocked with CLIENT UNBLOCK (not waited for).
-2. Stop the watchdog (so nothing is restarted), the carrier and the sweeper.
-3. Drain the pools: jobs fetched but not started are released to the front of their ready list
+1. The watchdog stops supervising (nothing is restarted from now on) and hands over every ref.
+2. Stop fetching at once: every listener is told StopFetching and, if it is blocked on Redis,
+   unblocked with CLIENT UNBLOCK (not waited for: the block timeout does not matter).
+3. Stop the watchdog, the carrier and the sweeper (without waiting for them).
+4. Drain the pools: jobs fetched but not started are released to the front of their ready list
    (no attempt counted); running handlers get until the grace deadline to finish and be acked.
-4. Stop pools and listeners. Jobs still running keep their lease; a sweeper (in this or another
-   process) recovers them when it expires.
-5. The facade then closes connections.
-Every wait is bounded by the grace deadline, so stopping takes at most grace + about a second.
+5. Stop pools and listeners. Jobs still running keep their lease; a sweeper (in this or another
+   process) recovers them when it expires. Actors close their own connections as they stop.
+Every wait is bounded by the grace deadline or by grace + ``STOP_MARGIN_S``, so stopping takes
+at most grace + about a second, whatever state Redis or the actors are in.
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ import pykka
 import redis
 
 from ._actor import ask
-from ._messages import Drain, StopFetching
+from ._connections import dedicated_client
+from ._messages import Drain, Stats, StopFetching, StopSupervising
 from .listener import listener_connection_name, unblock
-from .watchdog import CurrentRefs
 
 log = logging.getLogger("actors.shutdown")
 
+# What stopping may take beyond the grace period: stopping actors, the last acks, unblocking.
+STOP_MARGIN_S = 0.9
+# Listeners get at least this long to stop fetching, even with grace=0.
+_STOP_FETCHING_MIN_S = 0.3
 _UNBLOCK_RETRY_S = 0.05
 
 
@@ -53,61 +58,110 @@ class ShutdownCoordinator(pykka.ThreadingActor):
 
     def _shutdown(self, grace_s: float) -> dict[str, Any]:
         started = time.monotonic()
-        deadline = started + grace_s
-        units: dict[str, dict[str, pykka.ActorRef[Any]]] = {}
-        if self.watchdog.is_alive():
-            units = ask(self.watchdog, CurrentRefs(), timeout=5)
-        refs = {name: ref for unit in units.values() for name, ref in unit.items()}
-        listeners = {n: r for n, r in refs.items() if n.startswith("listener:")}
-        pools = {n: r for n, r in refs.items() if n.startswith("pool:")}
-        others = {n: r for n, r in refs.items() if n not in listeners and n not in pools}
+        grace_deadline = started + max(0.0, grace_s)
+        hard_deadline = grace_deadline + STOP_MARGIN_S
+        # Short timeouts and no retries: a dead Redis must not stretch the stop.
+        control = dedicated_client(self.client, socket_timeout=0.25, socket_connect_timeout=0.25)
+        try:
+            refs = self._take_over(hard_deadline)
+            listeners = {n: r for n, r in refs.items() if n.startswith("listener:")}
+            pools = {n: r for n, r in refs.items() if n.startswith("pool:")}
+            others = {n: r for n, r in refs.items() if n not in listeners and n not in pools}
 
+            fetch_deadline = min(max(grace_deadline, started + _STOP_FETCHING_MIN_S), hard_deadline)
+            self._stop_fetching(listeners, control, fetch_deadline)
+            stopping = {"watchdog": _stop_later(self.watchdog)}
+            stopping |= {name: _stop_later(ref) for name, ref in others.items()}
+
+            still_running = self._drain(pools, grace_deadline)
+            stopping |= {name: _stop_later(ref) for name, ref in {**pools, **listeners}.items()}
+            not_stopped = [
+                name for name, future in stopping.items() if not _wait(future, hard_deadline)
+            ]
+        finally:
+            control.close()
+        if not_stopped:
+            log.warning("still stopping when the stop returned: %s", ", ".join(not_stopped))
+        return {
+            "seconds": round(time.monotonic() - started, 3),
+            "still_running": still_running,
+            "not_stopped": not_stopped,
+        }
+
+    def _take_over(self, deadline: float) -> dict[str, pykka.ActorRef[Any]]:
+        try:
+            units = ask(self.watchdog, StopSupervising(), timeout=_left(deadline))
+        except (pykka.ActorDeadError, pykka.Timeout):
+            log.error("the watchdog did not hand over its actors; they are left running")
+            units = {}
+        return {name: ref for unit in units.values() for name, ref in unit.items()}
+
+    def _stop_fetching(
+        self, listeners: dict[str, pykka.ActorRef[Any]], control: redis.Redis, deadline: float
+    ) -> None:
+        answers: dict[str, pykka.Future[Any]] = {}
         for name, ref in listeners.items():
-            self._stop_fetching(name, ref, deadline)
-        _stop(self.watchdog)
-        for ref in others.values():
-            _stop(ref)
+            with contextlib.suppress(pykka.ActorDeadError):
+                answers[name] = ref.ask(StopFetching(), block=False)
+        while answers:
+            for name in list(answers):
+                # A listener blocked in BLMOVE answers only once unblocked; one that is between
+                # commands answers at once. Unblocking again until it answers closes the gap
+                # where it enters BLMOVE just after an unblock.
+                try:
+                    unblock(control, listener_connection_name(self.consumer, name[9:]))
+                except redis.RedisError as exc:
+                    log.debug("cannot unblock %s: %s", name, exc)
+                if _wait(answers[name], min(deadline, time.monotonic() + _UNBLOCK_RETRY_S)):
+                    del answers[name]
+            if answers and time.monotonic() >= deadline:
+                log.warning("did not stop fetching in time: %s", ", ".join(answers))
+                return
 
+    def _drain(self, pools: dict[str, pykka.ActorRef[Any]], deadline: float) -> dict[str, int]:
         drains: dict[str, pykka.Future[int]] = {}
         for name, ref in pools.items():
             message = Drain()
-            try:
+            with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(message)
                 drains[name] = message.idle
-            except pykka.ActorDeadError:
-                pass
         still_running: dict[str, int] = {}
         for name, future in drains.items():
+            if _wait(future, deadline):
+                continue
             try:
-                future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except pykka.Timeout:
-                still_running[name] = -1
-                log.warning("%s: handlers still running after the grace period", name)
-        for ref in [*pools.values(), *listeners.values()]:
-            _stop(ref)
-        return {"seconds": round(time.monotonic() - started, 3), "still_running": still_running}
-
-    def _stop_fetching(self, name: str, ref: pykka.ActorRef[Any], deadline: float) -> None:
-        try:
-            answer = ref.ask(StopFetching(), block=False)
-        except pykka.ActorDeadError:
-            return
-        topic = name.removeprefix("listener:")
-        connection_name = listener_connection_name(self.consumer, topic)
-        while True:
-            try:
-                unblock(self.client, connection_name)
-            except redis.RedisError as exc:
-                log.warning("cannot unblock %s: %s", connection_name, exc)
-            try:
-                answer.get(timeout=_UNBLOCK_RETRY_S)
-                return
-            except pykka.Timeout:
-                if time.monotonic() > deadline + 0.5:
-                    log.warning("%s did not stop fetching in time", name)
-                    return
+                running = int(ask(pools[name], Stats(), timeout=0.1)["running"])
+            except (pykka.ActorDeadError, pykka.Timeout):
+                running = -1
+            still_running[name] = running
+            log.warning(
+                "%s: %s handlers still running after the grace period; their jobs keep their "
+                "leases and are recovered when those expire",
+                name,
+                running if running >= 0 else "some",
+            )
+        return still_running
 
 
-def _stop(ref: pykka.ActorRef[Any]) -> None:
-    with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-        ref.stop(block=True, timeout=2)
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _stop_later(ref: pykka.ActorRef[Any]) -> pykka.Future[Any] | None:
+    try:
+        return ref.stop(block=False)
+    except pykka.ActorDeadError:
+        return None
+
+
+def _wait(future: pykka.Future[Any] | None, deadline: float) -> bool:
+    """True when the future resolved (with anything, an error too) before the deadline."""
+    if future is None:
+        return True
+    try:
+        future.get(timeout=_left(deadline))
+    except pykka.Timeout:
+        return False
+    except Exception:  # e.g. ActorDeadError: the actor is gone, which is what we waited for
+        return True
+    return True

@@ -21,6 +21,7 @@ from .store import Store
 
 log = logging.getLogger("actors.sweeper")
 
+# Most expire calls per message before yielding the mailbox to other messages (e.g. a stop).
 _ROUNDS_PER_MESSAGE = 20
 
 
@@ -41,16 +42,23 @@ class RetrySweeper(RedelayActor):
         self.batch = batch
         self.backoff = Backoff()
         self.timer: Timer | None = None
+        self.timer_at_ms: int | None = None
         self.recovered = 0
+        self.sweeps = 0
 
-    def on_start(self) -> None:
+    def started(self) -> None:
         self.actor_ref.tell(Sweep())
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Sweep):
             self._sweep()
         elif isinstance(message, Stats):
-            return {"recovered": self.recovered}
+            return {
+                "recovered": self.recovered,
+                "sweeps": self.sweeps,
+                "next_ms": self.timer_at_ms,
+                "failures": self.backoff.failures,
+            }
         return None
 
     def _sweep(self) -> None:
@@ -59,12 +67,13 @@ class RetrySweeper(RedelayActor):
         try:
             for _ in range(_ROUNDS_PER_MESSAGE):
                 count, next_deadline = self.store.expire(self.batch)
+                self.sweeps += 1
                 self.recovered += count
                 if count < self.batch:
                     break
             else:
-                next_at = now  # a backlog: come back at once, after other messages
-                next_deadline = None
+                self.actor_ref.tell(Sweep())  # a backlog: come back at once, after other messages
+                return
             self.backoff.reset()
             if next_deadline is not None:
                 next_at = min(next_at, next_deadline)
@@ -74,4 +83,4 @@ class RetrySweeper(RedelayActor):
             next_at = now + wait_ms
         if self.timer is not None:
             self.timer.cancel()
-        self.timer = self.tell_at(next_at, Sweep())
+        self.timer, self.timer_at_ms = self.tell_at(next_at, Sweep()), next_at

@@ -7,6 +7,8 @@ per handler.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,15 +17,15 @@ import pykka
 import redis
 
 from ._actor import ask
-from ._messages import Health, SetListener, Stats
+from ._messages import CurrentRefs, Health, SetListener, Stats, Supervise
 from .carrier import Carrier
 from .clock import Clock
 from .listener import TopicListener
 from .pool import ConsumerPool
-from .shutdown import Shutdown, ShutdownCoordinator
+from .shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
 from .store import Store
 from .sweeper import RetrySweeper
-from .watchdog import CurrentRefs, Supervise, Watchdog
+from .watchdog import Watchdog
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class ActorSystem:
     ) -> Callable[[pykka.ActorRef[Any]], dict[str, pykka.ActorRef[Any]]]:
         def build(supervisor: pykka.ActorRef[Any]) -> dict[str, pykka.ActorRef[Any]]:
             s = self.settings
+            topic_config = self.store.topic_configs.get(spec.topic, self.store.default_topic_config)
             pool = ConsumerPool.start(
                 self.store,
                 self.clock,
@@ -97,6 +100,7 @@ class ActorSystem:
                 spec.handler,
                 concurrency=spec.concurrency,
                 timeout_ms=spec.timeout_ms,
+                lease_ms=topic_config.lease_ms,
                 supervisor=supervisor,
                 check_interval_ms=s.check_interval_ms,
             )
@@ -123,25 +127,41 @@ class ActorSystem:
         return {name: ref for unit in units.values() for name, ref in unit.items()}
 
     def health(self) -> dict[str, Any]:
-        if self.watchdog is None or not self.watchdog.is_alive():
+        if self.watchdog is None:
             return {}
-        report: dict[str, Any] = ask(self.watchdog, Health(), 5)
+        try:
+            report: dict[str, Any] = ask(self.watchdog, Health(), 5)
+        except (pykka.ActorDeadError, pykka.Timeout) as exc:
+            return {"watchdog": {"alive": False, "restarts": 0, "last_error": repr(exc)}}
         return report
 
-    def stats(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
+    def stats(self, timeout_s: float = 0.5) -> dict[str, Any]:
+        """Every actor's counters. A listener blocked on Redis answers only when its wait ends,
+        so whoever has not answered within ``timeout_s`` shows as None."""
+        asked = {}
         for name, ref in self.refs().items():
+            with contextlib.suppress(pykka.ActorDeadError):
+                asked[name] = ref.ask(Stats(), block=False)
+        deadline = time.monotonic() + timeout_s
+        found: dict[str, Any] = {}
+        for name, future in asked.items():
             try:
-                found[name] = ask(ref, Stats(), 2)
+                found[name] = future.get(timeout=max(0.0, deadline - time.monotonic()))
             except (pykka.ActorDeadError, pykka.Timeout):
                 found[name] = None
         return found
 
     def stop(self, grace_s: float) -> dict[str, Any]:
+        """Runs the shutdown sequence; returns within grace + about a second."""
         if self.coordinator is None:
             return {}
-        report: dict[str, Any] = ask(self.coordinator, Shutdown(grace_s), grace_s + 10)
-        self.coordinator.stop()
+        try:
+            report: dict[str, Any] = ask(
+                self.coordinator, Shutdown(grace_s), grace_s + STOP_MARGIN_S + 1.0
+            )
+        except pykka.Timeout:
+            report = {"error": "the shutdown sequence did not finish in time"}
+        self.coordinator.stop(block=False)
         self.coordinator = None
         self.watchdog = None
         return report

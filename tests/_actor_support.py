@@ -1,0 +1,62 @@
+"""Helpers for the actor tests: wait for a condition with a deadline, read Redis command counts,
+ask an actor for its stats, and stop every actor a test started."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pykka
+import pytest
+import redis
+
+from actors._messages import Stats
+from actors.store import Store, _s
+
+WAIT_S = 10.0  # generous: a loaded 2-core machine may be slow to schedule actor threads
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    """Polls ``condition`` until it returns something truthy; fails the test at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.005)
+
+
+def stats(ref: pykka.ActorRef[Any]) -> dict[str, Any]:
+    """The actor's counters. The ask queues behind every message already sent to it, so what
+    it answers reflects them."""
+    answer: dict[str, Any] = ref.ask(Stats(), block=True, timeout=WAIT_S)
+    return answer
+
+
+def command_calls(client: redis.Redis, *commands: str) -> int:
+    """How many times the server ran these commands (INFO commandstats), e.g. "evalsha"."""
+    info = client.info("commandstats")
+    return sum(int(info.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in commands)
+
+
+def blocked_clients(client: redis.Redis) -> int:
+    return int(client.info("clients")["blocked_clients"])
+
+
+def ready_ids(store: Store, topic: str = "t") -> list[str]:
+    return [_s(m).split("|", 1)[1] for m in store.client.lrange(store.keys.ready(topic), 0, -1)]
+
+
+def events(store: Store, job_id: str, topic: str = "t") -> list[dict[str, str]]:
+    """The audit entries of one job, oldest first."""
+    return [f for _, f in store.audit_entries() if f["t"] == topic and f["i"] == job_id]
+
+
+@pytest.fixture
+def stop_actors() -> Iterator[None]:
+    """Stops every actor still running when the test ends, so none leaks into the next test."""
+    yield
+    pykka.ActorRegistry.stop_all(block=True, timeout=WAIT_S)

@@ -1,0 +1,229 @@
+"""TopicListener: leases at most the pool's free slots in one round trip, blocks on Redis when
+there is no work (no polling: Redis's own command counts prove it), loses no wake-up, and backs
+off while Redis is away. Driven by the fake clock; the blocking wait is Redis's own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+import pytest
+import redis
+from _actor_support import (  # noqa: F401
+    blocked_clients,
+    command_calls,
+    ready_ids,
+    stats,
+    stop_actors,
+    wait_for,
+)
+
+from actors._messages import SetListener
+from actors.clock import FakeClock
+from actors.embedded import RedisProcess
+from actors.job import Job
+from actors.listener import TopicListener
+from actors.pool import ConsumerPool
+from actors.store import Store
+
+pytestmark = pytest.mark.usefixtures("stop_actors")
+
+
+class Unit:
+    """A listener and its pool, wired like the ActorSystem wires them."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: FakeClock,
+        handler: Callable[[Job], Any],
+        concurrency: int,
+        block_timeout_s: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.pool = ConsumerPool.start(
+            store, clock, "t", handler, concurrency=concurrency, timeout_ms=60_000
+        )
+        self.listener = TopicListener.start(
+            store, clock, "t", self.pool, concurrency, block_timeout_s=block_timeout_s
+        )
+        self.pool.tell(SetListener(self.listener))
+
+    def listener_stats(self) -> dict[str, Any]:
+        """Asks even while the listener is blocked: unblocks it until it answers."""
+        from actors._messages import Stats
+
+        answer = self.listener.ask(Stats(), block=False)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            _unblock_all(self.store.client)
+            try:
+                result: dict[str, Any] = answer.get(timeout=0.05)
+                return result
+            except pykka.Timeout:
+                continue
+        pytest.fail("the listener never answered")
+
+    def stop(self) -> None:
+        """Stops the listener without waiting for its block timeout."""
+        stopped = self.listener.stop(block=False)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # until it stops: it may block again meanwhile
+            _unblock_all(self.store.client)
+            try:
+                stopped.get(timeout=0.05)
+                break
+            except pykka.Timeout:
+                continue
+        self.pool.stop(timeout=5)
+
+
+def _unblock_all(client: redis.Redis) -> None:
+    for entry in client.client_list():
+        if "b" in entry["flags"]:
+            client.client_unblock(int(entry["id"]))
+
+
+def add_ready(store: Store, count: int) -> None:
+    store.add_many([store.new_job("t", f"j{n:02}", {"n": n}) for n in range(count)])
+
+
+def test_leases_at_most_the_free_slots_in_one_round_trip(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    add_ready(store, 10)
+    gate = threading.Event()
+    running: list[str] = []
+
+    def handler(job: Job) -> None:
+        running.append(job.id)
+        gate.wait()
+
+    unit = Unit(store, fake_clock, handler, 3)
+    try:
+        wait_for(lambda: len(running) == 3, "three handlers running")
+        assert stats(unit.listener) == {
+            "leased": 3,
+            "leases": 1,  # one round trip for the three
+            "waits": 0,  # no free slot left, so it does not wait on Redis either
+            "free_slots": 0,
+            "failures": 0,
+        }
+        assert ready_ids(store) == [f"j{n:02}" for n in range(3, 10)]
+        assert sorted(running) == ["j00", "j01", "j02"]
+    finally:
+        gate.set()
+        unit.stop()
+
+
+def test_finished_jobs_free_slots_and_the_next_lease_takes_that_many(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    add_ready(store, 10)
+    gates = {f"j{n:02}": threading.Event() for n in range(10)}
+    active: set[str] = set()
+    most = [0]
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        with lock:
+            active.add(job.id)
+            most[0] = max(most[0], len(active))
+        gates[job.id].wait()
+        with lock:
+            active.discard(job.id)
+
+    unit = Unit(store, fake_clock, handler, 3)
+    try:
+        wait_for(lambda: len(active) == 3, "three running")
+        gates["j00"].set()
+        gates["j01"].set()
+        wait_for(lambda: {"j03", "j04"} <= active, "two more leased")
+        assert len(active) == 3
+        assert ready_ids(store) == [f"j{n:02}" for n in range(5, 10)]
+        for gate in gates.values():
+            gate.set()
+        wait_for(lambda: store.stats()["t"]["leased"] == 0 and not ready_ids(store), "all done")
+        assert most[0] == 3
+        assert stats(unit.pool)["acked"] == 10
+        # Never one round trip per job: each lease took what was free.
+        assert unit.listener_stats()["leases"] < 10
+    finally:
+        unit.stop()
+
+
+def test_blocks_on_redis_without_polling(store: Store, fake_clock: FakeClock) -> None:
+    done = threading.Event()
+    unit = Unit(store, fake_clock, lambda job: done.set(), 2)
+    try:
+        wait_for(lambda: blocked_clients(store.client) == 1, "the listener blocked in BLMOVE")
+        before = command_calls(store.client, "evalsha", "blmove")
+        # Watch a quiet half second: a poller, even a slow one, would show up in the counts.
+        time.sleep(0.5)
+        assert command_calls(store.client, "evalsha", "blmove") == before
+        assert stats_or_none(unit.listener) is None  # still blocked: it answers nothing
+
+        store.add(store.new_job("t", "wake", None))
+        assert done.wait(5), "the blocked listener did not notice the job"
+        wait_for(lambda: store.stats()["t"]["leased"] == 0, "the ack")
+        assert unit.listener_stats()["waits"] == 2  # the first wait, then the one after the job
+    finally:
+        unit.stop()
+
+
+def stats_or_none(ref: pykka.ActorRef[Any]) -> Any:
+    try:
+        return ref.ask(_stats_message(), timeout=0.2)
+    except pykka.Timeout:
+        return None
+
+
+def _stats_message() -> Any:
+    from actors._messages import Stats
+
+    return Stats()
+
+
+def test_no_wake_up_is_lost(store: Store, fake_clock: FakeClock) -> None:
+    """Each job is added the moment the previous one is handled, which is when the listener
+    goes from its empty lease to its BLMOVE. With a 30 s block timeout, a lost wake-up would
+    stall the loop for 30 s; every job must come within the 5 s wait instead."""
+    delivered = threading.Semaphore(0)
+    unit = Unit(store, fake_clock, lambda job: delivered.release(), 1)
+    try:
+        for n in range(60):
+            store.add(store.new_job("t", f"w{n}", None))
+            assert delivered.acquire(timeout=5), f"job w{n} was not picked up"
+        wait_for(lambda: stats(unit.pool)["acked"] == 60, "every ack")
+    finally:
+        unit.stop()
+
+
+def test_backs_off_while_redis_is_away_and_resumes(
+    redis_factory: Callable[..., RedisProcess], fake_clock: FakeClock
+) -> None:
+    server = redis_factory(appendonly=True, appendfsync="always")
+    store = Store(redis.Redis.from_url(server.url), "test", fake_clock)
+    got: list[str] = []
+    unit = Unit(store, fake_clock, lambda job: got.append(job.id), 2, block_timeout_s=2.0)
+    wait_for(lambda: blocked_clients(store.client) == 1, "the listener blocked")
+    urn = unit.listener.actor_urn
+
+    server.kill()
+    wait_for(lambda: (stats_or_none(unit.listener) or {}).get("failures") == 1, "a failure")
+    for failures in range(2, 4):  # each retry waits on the (fake) clock
+        fake_clock.advance(5_000)
+        wait_for(
+            lambda f=failures: (stats_or_none(unit.listener) or {}).get("failures") == f,  # type: ignore[misc]
+            f"failure {failures}",
+        )
+    server.start()
+    fake_clock.advance(5_000)
+    store.add(store.new_job("t", "after", None))
+    wait_for(lambda: got == ["after"], "a job after the outage")
+    assert unit.listener_stats()["failures"] == 0
+    assert unit.listener.actor_urn == urn and unit.listener.is_alive()
+    unit.stop()

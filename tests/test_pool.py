@@ -1,0 +1,251 @@
+"""ConsumerPool: the concurrency limit, acks and fails sent in batches, Retry(after=...), a
+timeout that is counted and failed, lease extension of a long handler, async handlers on the
+pool's own loop. Driven by the fake clock: timeouts and extensions happen inside advance()."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+import pytest
+import redis
+from _actor_support import events, stats, stop_actors, wait_for  # noqa: F401
+
+from actors._messages import Run, SetListener
+from actors.clock import FakeClock
+from actors.job import Job, Retry
+from actors.listener import TopicListener
+from actors.pool import ConsumerPool, Outcome
+from actors.store import Lease, Store, TopicConfig
+
+pytestmark = pytest.mark.usefixtures("stop_actors")
+
+LEASE_MS = 1_000
+
+
+@pytest.fixture
+def topic(store: Store) -> Store:
+    """Topic "t": retried after 1 s then 2 s, leases last 1 s."""
+    store.configure_topic("t", TopicConfig(retry_ms=(1_000, 2_000), lease_ms=LEASE_MS))
+    return store
+
+
+def leased(store: Store, count: int) -> tuple[Lease, ...]:
+    store.add_many([store.new_job("t", f"j{n}", {"n": n}) for n in range(count)])
+    return tuple(store.lease("t", count, "test"))
+
+
+def start_pool(
+    store: Store, clock: FakeClock, handler: Callable[[Job], Any], **kwargs: Any
+) -> pykka.ActorRef[ConsumerPool]:
+    options: dict[str, Any] = {"concurrency": 4, "timeout_ms": 10_000, "lease_ms": LEASE_MS}
+    options.update(kwargs)
+    return ConsumerPool.start(store, clock, "t", handler, **options)
+
+
+def run(pool: pykka.ActorRef[Any], leases: tuple[Lease, ...]) -> None:
+    """Hands the pool jobs and waits until it has started them (and set its check timer)."""
+    pool.tell(Run(leases))
+    stats(pool)
+
+
+def advance_and_settle(clock: FakeClock, pool: pykka.ActorRef[Any], total_ms: int) -> None:
+    """Advances in 100 ms steps (the pool's check interval), letting the pool handle each
+    CheckRunning before the next step sets the next timer."""
+    for _ in range(total_ms // 100):
+        clock.advance(100)
+        stats(pool)
+
+
+def test_runs_at_most_concurrency_handlers_at_once(topic: Store, fake_clock: FakeClock) -> None:
+    active: set[str] = set()
+    most = [0]
+    lock = threading.Lock()
+    release = threading.Semaphore(0)
+
+    def handler(job: Job) -> None:
+        with lock:
+            active.add(job.id)
+            most[0] = max(most[0], len(active))
+        release.acquire()
+        with lock:
+            active.discard(job.id)
+
+    pool = start_pool(topic, fake_clock, handler, concurrency=2)
+    listener = TopicListener.start(topic, fake_clock, "t", pool, 2, block_timeout_s=0.5)
+    pool.tell(SetListener(listener))
+    topic.add_many([topic.new_job("t", f"j{n}") for n in range(6)])
+    for _ in range(6):
+        wait_for(lambda: len(active) == 2 or stats(pool)["acked"] >= 5, "two running")
+        release.release()
+    wait_for(lambda: stats(pool)["acked"] == 6, "every job acked")
+    assert most[0] == 2
+
+
+class ObservedPool(ConsumerPool):
+    """Counts the Finished messages sent, so a test knows they are in the pool's mailbox."""
+
+    reported: threading.Semaphore
+
+    def _report(self, lease: Lease, outcome: Outcome) -> None:
+        super()._report(lease, outcome)
+        self.reported.release()
+
+
+def test_acks_and_fails_that_arrive_together_share_one_round_trip_each(
+    topic: Store, fake_clock: FakeClock, redis_client: redis.Redis
+) -> None:
+    gate = threading.Event()
+
+    def handler(job: Job) -> None:
+        gate.wait()
+        if job.body["n"] < 2:
+            raise RuntimeError("boom")
+
+    ObservedPool.reported = threading.Semaphore(0)
+    pool = ObservedPool.start(
+        topic, fake_clock, "t", handler, concurrency=5, timeout_ms=10_000, lease_ms=LEASE_MS
+    )
+    run(pool, leased(topic, 5))
+    advance_and_settle(fake_clock, pool, 400)
+    # Keep the pool busy in a Redis call while all five finish: writes are paused, and the
+    # pool's lease extension (due at half the lease) waits for the pause to end.
+    redis_client.client_pause(5_000, all=False)
+    try:
+        fake_clock.advance(100)
+        wait_for(lambda: redis_client.info("clients")["blocked_clients"] == 1, "the pause")
+        gate.set()
+        for _ in range(5):
+            assert ObservedPool.reported.acquire(timeout=5)
+    finally:
+        redis_client.client_unpause()
+    wait_for(lambda: stats(pool)["acked"] == 3 and stats(pool)["failed"] == 2, "the results")
+    assert stats(pool)["flushes"] == 2  # one ack call for three jobs, one fail call for two
+    assert topic.stats()["t"] == {"delayed": 2, "ready": 0, "leased": 0, "dead": 0}
+
+
+def test_retry_after_sets_the_next_due_time(topic: Store, fake_clock: FakeClock) -> None:
+    def handler(job: Job) -> None:
+        raise Retry(after=2.5, reason="not yet")
+
+    pool = start_pool(topic, fake_clock, handler)
+    (lease,) = leased(topic, 1)
+    run(pool, (lease,))
+    wait_for(lambda: stats(pool)["failed"] == 1, "the failed attempt")
+    info = topic.get("t", "j0")
+    assert info is not None and info.state == "delayed"
+    assert info.due_ms == fake_clock.now_ms() + 2_500  # not the schedule's 1 s
+    assert info.attempts_failed == 1
+    assert events(topic, "j0")[-1]["why"] == "not yet"
+
+
+def test_a_handler_over_its_timeout_is_failed_counted_and_keeps_its_thread(
+    topic: Store, fake_clock: FakeClock
+) -> None:
+    gate = threading.Event()
+    pool = start_pool(topic, fake_clock, lambda job: gate.wait(), timeout_ms=1_000)
+    (lease,) = leased(topic, 1)
+    run(pool, (lease,))
+    advance_and_settle(fake_clock, pool, 900)
+    assert stats(pool)["timeouts"] == 0
+    advance_and_settle(fake_clock, pool, 100)
+    wait_for(lambda: stats(pool)["failed"] == 1, "the timeout failed")
+    assert stats(pool)["timeouts"] == 1
+    assert stats(pool)["running"] == 1  # its thread still runs, and holds its slot
+    info = topic.get("t", "j0")
+    assert info is not None and info.state == "delayed" and info.attempts_failed == 1
+    assert events(topic, "j0")[-1]["why"] == "timeout after 1s"
+
+    gate.set()  # the late result is ignored: the attempt was already failed
+    wait_for(lambda: stats(pool)["running"] == 0, "the thread returned, its slot freed")
+    assert stats(pool)["acked"] == 0
+    assert topic.get("t", "j0") == info
+
+
+def test_a_long_handler_keeps_its_lease(topic: Store, fake_clock: FakeClock) -> None:
+    gate = threading.Event()
+    pool = start_pool(topic, fake_clock, lambda job: gate.wait(), timeout_ms=60_000)
+    (lease,) = leased(topic, 1)
+    run(pool, (lease,))
+    advance_and_settle(fake_clock, pool, 5 * LEASE_MS)  # five times the lease
+
+    info = topic.get("t", "j0")
+    assert info is not None and info.state == "leased" and info.token == lease.token
+    assert info.lease_deadline_ms is not None and info.lease_deadline_ms > fake_clock.now_ms()
+    # Another consumer's sweeper finds nothing expired, and nothing is left to lease.
+    assert topic.expire() == (0, info.lease_deadline_ms)
+    assert topic.lease("t", 1, "other") == []
+    assert stats(pool)["extended"] >= 8
+    gate.set()
+    wait_for(lambda: stats(pool)["acked"] == 1, "the ack")
+    assert [e["e"] for e in events(topic, "j0")][-1] == "acked"
+
+
+def test_async_handlers_run_together_on_the_pools_loop(topic: Store, fake_clock: FakeClock) -> None:
+    threads: set[str] = set()
+    loops: set[int] = set()
+    started = threading.Semaphore(0)
+    box: dict[str, asyncio.Event] = {}
+
+    async def handler(job: Job) -> str:
+        threads.add(threading.current_thread().name)
+        loops.add(id(asyncio.get_running_loop()))
+        box.setdefault("gate", asyncio.Event())
+        started.release()
+        await box["gate"].wait()
+        return "done"
+
+    pool = start_pool(topic, fake_clock, handler)
+    run(pool, leased(topic, 3))
+    for _ in range(3):  # all three are awaiting at once on one thread
+        assert started.acquire(timeout=5)
+    loop = next(iter(box.values()))._loop  # type: ignore[attr-defined]
+    loop.call_soon_threadsafe(box["gate"].set)
+    wait_for(lambda: stats(pool)["acked"] == 3, "three acks")
+    assert threads == {"redelay-t-loop"} and len(loops) == 1
+    assert events(topic, "j1")[-1]["detail"] == "done"
+
+
+def test_an_async_handler_over_its_timeout_is_cancelled(
+    topic: Store, fake_clock: FakeClock
+) -> None:
+    cancelled = threading.Event()
+
+    async def handler(job: Job) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    pool = start_pool(topic, fake_clock, handler, timeout_ms=500)
+    run(pool, leased(topic, 1))
+    advance_and_settle(fake_clock, pool, 500)
+    assert cancelled.wait(5)
+    wait_for(lambda: stats(pool)["running"] == 0, "the slot freed")
+    assert stats(pool)["timeouts"] == 1 and stats(pool)["failed"] == 1
+
+
+def test_a_body_that_is_not_json_fails_the_attempt_not_the_pool(
+    topic: Store, fake_clock: FakeClock
+) -> None:
+    (lease,) = leased(topic, 1)
+    broken = Lease(**{**{f: getattr(lease, f) for f in lease.__slots__}, "body": b"{nope"})
+    pool = start_pool(topic, fake_clock, lambda job: None)
+    run(pool, (broken,))
+    wait_for(lambda: stats(pool)["failed"] == 1, "the failed attempt")
+    assert "JSONDecodeError" in events(topic, "j0")[-1]["why"]
+    assert pool.is_alive()
+
+
+def test_a_handler_that_exits_does_not_end_its_thread(topic: Store, fake_clock: FakeClock) -> None:
+    def handler(job: Job) -> None:
+        raise SystemExit(3)
+
+    pool = start_pool(topic, fake_clock, handler, concurrency=1)
+    pool.tell(Run(leased(topic, 2)))  # one thread: the second job needs the first's thread
+    wait_for(lambda: stats(pool)["failed"] == 2, "both attempts failed")
+    assert events(topic, "j1")[-1]["why"] == "SystemExit: 3"

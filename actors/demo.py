@@ -26,6 +26,7 @@ from ._cli_context import Context, data_dir, no_redis, redis_url
 from ._cli_output import CliError, Exit, format_duration_ms, print_json, table, usage_error
 from .errors import RedisServerNotFound
 from .job import Job
+from .keys import ShardKeys
 from .queue import DelayQueue
 from .replay import compare, fold
 
@@ -114,7 +115,7 @@ class Ticker:
         self.thread = threading.Thread(target=self._run, name="redelay-demo-ticker", daemon=True)
 
     def _run(self) -> None:
-        key = self.queue.store.keys.audit
+        key = ShardKeys(self.queue.namespace).audit  # the demo's namespace has one shard
         last_status = time.monotonic()
         while not self.stop_event.is_set():
             try:

@@ -87,6 +87,7 @@ def test_page_and_json_render_from_the_records(
         "skipped": [{"system": "arq", "scenario": "immediate", "reason": "not installed"}],
         "redis_limit": {},
         "profile": {},
+        "concurrency_sweep": [],
         "targets": [v.to_json() for v in targets.judge(records)],
         "charts": {},
     }

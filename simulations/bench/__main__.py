@@ -26,11 +26,13 @@ from .profiling import profile_redelay
 from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario
 from .scenarios import Scenario, full_plan, quick_plan, tiny_plan
 from .server import can_pin, pin_clients
+from .sweep import concurrency_sweep
 from .systems import BY_NAME, SYSTEMS, SystemInfo
 
 DOCS_DIR = REPO_ROOT / "docs"
 QUICK_DIR = REPO_ROOT / "simulations" / "out" / "bench-quick"
-PROFILE_JOBS = {"full": 100_000, "quick": 5_000, "tiny": 500}
+PROFILE_JOBS = {"full": 100_000, "quick": 2_000, "tiny": 500}
+SWEEP_JOBS = {"full": 100_000, "quick": 2_000, "tiny": 500}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -45,6 +47,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-limit", action="store_true", help="skip the Redis limit section")
     parser.add_argument("--no-profile", action="store_true", help="skip profiling redelay")
+    parser.add_argument("--no-sweep", action="store_true", help="skip redelay's concurrency sweep")
     args = parser.parse_args(argv)
     args.mode = args.mode or "quick"
     return args
@@ -159,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_limit:
             print("measuring the Redis limit", flush=True)
             limit = redis_limit.measure(Path(workdir), quick=args.mode != "full")
+        sweep: list[dict[str, Any]] = []
+        if not args.no_sweep and "redelay" in {s.name for s in systems}:
+            print("redelay's delivery rate by handler concurrency", flush=True)
+            sweep = concurrency_sweep(context, SWEEP_JOBS[args.mode])
+            for row in sweep:
+                print(f"  {row}", flush=True)
         profile: dict[str, Any] = {}
         if not args.no_profile and "redelay" in {s.name for s in systems}:
             print("profiling redelay's worker", flush=True)
@@ -193,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "skipped": skipped,
         "redis_limit": limit,
         "profile": profile,
+        "concurrency_sweep": sweep,
         "targets": [v.to_json() for v in targets.judge(records)],
         "charts": {name: path for name, path in charts.items() if drawn[name]},
     }

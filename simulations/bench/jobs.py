@@ -15,7 +15,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from .scenarios import BODY_BYTES, ENQUEUE_DELAY_MS, FILL_BATCH_JOBS, TICK_MS, Scenario
+from .scenarios import (
+    BODY_BYTES,
+    ENQUEUE_DELAY_MS,
+    FILL_BATCH_JOBS,
+    PACED_OVERRUN,
+    TICK_MS,
+    Scenario,
+)
 
 _PAD = "x" * (BODY_BYTES - len(json.dumps({"seq": 100000, "due_ms": 1_700_000_000_000, "pad": ""})))
 
@@ -116,6 +123,12 @@ def _owed(scenario: Scenario, started_s: float) -> int:
     return min(scenario.jobs, int((time.monotonic() - started_s) * scenario.rate_per_s) + 1)
 
 
+def _overran(scenario: Scenario, started_s: float) -> bool:
+    """A paced producer that fell this far behind stops (see PACED_OVERRUN)."""
+    assert scenario.duration_s is not None
+    return time.monotonic() - started_s > scenario.duration_s * PACED_OVERRUN
+
+
 def drive(scenario: Scenario, due: DueTimes, producer: SyncProducer) -> ProduceResult:
     """Adds the scenario's jobs: as fast as possible, or at its rate in ticks of TICK_MS."""
     start_ms, cpu_start_ms = now_ms(), cpu_ms()
@@ -127,19 +140,20 @@ def drive(scenario: Scenario, due: DueTimes, producer: SyncProducer) -> ProduceR
         else:
             producer.add_batch([due.make(seq) for seq in range(first, end)])
 
+    sent = scenario.jobs
     if scenario.rate_per_s is None:
         for first, end in _chunks(scenario):
             send(first, end)
     else:
         sent, started_s = 0, time.monotonic()
-        while sent < scenario.jobs:
+        while sent < scenario.jobs and not _overran(scenario, started_s):
             owed = _owed(scenario, started_s)
             if owed > sent:
                 send(sent, owed)
                 sent = owed
             else:
                 time.sleep(TICK_MS / 1000)
-    return ProduceResult(scenario.jobs, start_ms, now_ms(), cpu_ms() - cpu_start_ms, None)
+    return ProduceResult(sent, start_ms, now_ms(), cpu_ms() - cpu_start_ms, None)
 
 
 async def drive_async(scenario: Scenario, due: DueTimes, producer: AsyncProducer) -> ProduceResult:
@@ -153,19 +167,20 @@ async def drive_async(scenario: Scenario, due: DueTimes, producer: AsyncProducer
         else:
             await producer.add_batch([due.make(seq) for seq in range(first, end)])
 
+    sent = scenario.jobs
     if scenario.rate_per_s is None:
         for first, end in _chunks(scenario):
             await send(first, end)
     else:
         sent, started_s = 0, time.monotonic()
-        while sent < scenario.jobs:
+        while sent < scenario.jobs and not _overran(scenario, started_s):
             owed = _owed(scenario, started_s)
             if owed > sent:
                 await send(sent, owed)
                 sent = owed
             else:
                 await asyncio.sleep(TICK_MS / 1000)
-    return ProduceResult(scenario.jobs, start_ms, now_ms(), cpu_ms() - cpu_start_ms, None)
+    return ProduceResult(sent, start_ms, now_ms(), cpu_ms() - cpu_start_ms, None)
 
 
 async def gather_bounded(

@@ -4,6 +4,8 @@ Peers install their own signal handlers (Celery uses SIGUSR1, arq and Dramatiq S
 runner and a worker talk through files next to ``out_path``:
 - the worker writes ``ready_path`` and waits for ``<out>.go``, so the runner can read the worker's
   CPU time before any job is consumed;
+- ``<out>.expect`` holds a smaller number of jobs to wait for (a paced producer that could not
+  keep up added fewer than planned);
 - ``<out>.dump`` asks for the results so far (when not every job arrived in time);
 - ``<out>.stop`` ends the process at once (so a profiler wrapped around it writes its output).
 The dump watcher starts in the process that delivers the first job: Celery's prefork pool runs
@@ -68,7 +70,7 @@ class Recorder:
         at_ms = now_ms()
         seq, due_ms = int(body["seq"]), int(body["due_ms"])
         with self._lock:
-            if not 0 <= seq < self.expected:
+            if not 0 <= seq < len(self._seen):
                 self.unknown += 1
                 return
             if self._seen[seq]:
@@ -82,7 +84,7 @@ class Recorder:
             if self.first_ms is None:
                 self.first_ms = at_ms
             self.last_ms = at_ms
-            done = len(self._lateness_ms) == self.expected
+            done = len(self._lateness_ms) >= self.expected
         if done:
             self.write()
 
@@ -104,8 +106,14 @@ class Recorder:
         write_json_atomic(self.out_path, data)
 
     def _watch_dump(self) -> None:
-        dump = self._sibling(".dump")
+        dump, expect = self._sibling(".dump"), self._sibling(".expect")
         while not dump.exists():
+            if expect.exists() and self.expected > int(expect.read_text() or self.expected):
+                with self._lock:
+                    self.expected = int(expect.read_text())
+                    done = len(self._lateness_ms) >= self.expected
+                if done:
+                    break
             time.sleep(WATCH_INTERVAL_S)
         self.write()
 

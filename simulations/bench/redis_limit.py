@@ -162,12 +162,12 @@ def script_costs(directory: Path, jobs: int) -> dict[str, Any]:
 def measure(workdir: Path, quick: bool) -> dict[str, Any]:
     server = BenchServer(workdir / "redis-benchmark")
     try:
-        figures = redis_benchmark(server, 50_000 if quick else 500_000)
+        figures = redis_benchmark(server, 20_000 if quick else 500_000)
         version = server.version()
     finally:
         server.stop()
     return {
         "redis_version": version,
         "redis_benchmark": figures,
-        "scripts": script_costs(workdir / "redis-scripts", 10_000 if quick else 100_000),
+        "scripts": script_costs(workdir / "redis-scripts", 5_000 if quick else 100_000),
     }

@@ -312,6 +312,29 @@ def profile_section(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def sweep_table(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "Not measured in this run."
+    body = [
+        [
+            num(row.get("concurrency")),
+            num(row.get("delivered_jobs_per_s")),
+            num(row.get("redis_round_trips_per_delivered_job"), 3),
+            num(row.get("client_cpu_ms_per_1k_jobs"), 1),
+            num(row.get("redis_cpu_ms_per_1k_jobs"), 1),
+        ]
+        for row in rows
+    ]
+    header = [
+        "handler concurrency",
+        "delivered jobs/s",
+        "round trips / job",
+        "client CPU ms / 1k",
+        "Redis CPU ms / 1k",
+    ]
+    return table(header, body)
+
+
 def skipped_section(skipped: Sequence[dict[str, Any]]) -> str:
     if not skipped:
         return "Every system ran every scenario."
@@ -388,6 +411,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "redis_benchmark_table": redis_benchmark_table(limit),
         "script_table": script_table(limit),
         "profile_section": profile_section(results.get("profile") or {}),
+        "sweep_table": sweep_table(results.get("concurrency_sweep") or []),
         "skipped_section": skipped_section(results.get("skipped") or []),
         "versions_section": versions_section(results["versions"]),
         "configs_section": configs_section(),

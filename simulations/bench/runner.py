@@ -102,6 +102,7 @@ class RunContext:
     seed: int
     enqueue_rate_hint: dict[str, float] = field(default_factory=dict)
     profile_to: Path | None = None  # attach py-spy to workers, writing raw stacks here
+    extra_env: dict[str, str] = field(default_factory=dict)  # for the agents (experiments)
 
 
 def agent_command(system: SystemInfo, spec_path: Path) -> list[str]:
@@ -145,6 +146,8 @@ def start_agent(
         burst_due_ms=burst_due_ms,
         seed=context.seed,
     )
+    for stale in directory.glob(f"{stem}.*"):  # from an earlier run of the same name
+        stale.unlink()
     spec_path = directory / f"{stem}.spec.json"
     spec.write(spec_path)
     log_path = directory / f"{stem}.log"
@@ -156,6 +159,7 @@ def start_agent(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so stop() ends helpers it forked
+            env={**os.environ, **context.extra_env},
         )
     return Agent(process, spec, log_path)
 
@@ -248,7 +252,13 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
         if scenario.kind == "burst":
             burst_due_ms = int(now_ms() + burst_lead_s(system, scenario, context) * 1000)
         produced = run_producer(system, scenario, server, context, burst_due_ms)
+        added = int(produced["enqueued"])
         record["enqueue_jobs_per_s"] = round(produced["jobs_per_s"], 1)
+        if added < scenario.jobs:
+            record["jobs"] = added
+            record.setdefault("notes", []).append(
+                f"the producer added {added:,} of {scenario.jobs:,} jobs before it stopped"
+            )
         record["enqueue_batch_api"] = produced["batch_api"]
         client_cpu_ms = float(produced["cpu_ms"])
         if scenario.kind == "immediate":
@@ -256,25 +266,27 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
         if scenario.kind in ("immediate", "enqueue") or (
             scenario.kind == "burst" and now_ms() < burst_due_ms - 200
         ):
-            record.update(memory_per_job(server, before, scenario.jobs, system))
+            record.update(memory_per_job(server, before, added, system))
         elif scenario.kind == "burst":
-            record["notes"] = ["filling ended after the due time: memory not measured"]
+            record.setdefault("notes", []).append("filling ended after the due time")
         delivered = 0
         if scenario.deliver:
             if worker is None:
                 worker, worker_ready = start_worker(system, scenario, server, context)
             assert worker_ready is not None
+            if added < scenario.jobs:
+                (worker.out.parent / (worker.out.name + ".expect")).write_text(str(added))
             wait_s = scenario.wait_s
             if scenario.kind == "burst":
                 wait_s += max(0.0, (burst_due_ms - now_ms()) / 1000)
             deliveries, worker_cpu_ms = collect_deliveries(worker, worker_ready, wait_s)
             client_cpu_ms += worker_cpu_ms
             delivered = int(deliveries["delivered"])
-            record.update(delivery_fields(deliveries, scenario))
+            record.update(delivery_fields(deliveries, added))
         own = server.own_commands - own_before
         after = server.stats()
         commands = after.commands - before.commands - own
-        jobs_done = delivered if scenario.deliver else scenario.jobs
+        jobs_done = delivered if scenario.deliver else added
         calls = call_deltas(before, after)
         record.update(command_fields(system, calls, commands, jobs_done, scenario.deliver))
         record["client_cpu_ms_per_1k_jobs"] = per_1k(client_cpu_ms, jobs_done)
@@ -288,10 +300,10 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
     return record
 
 
-def delivery_fields(deliveries: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+def delivery_fields(deliveries: dict[str, Any], added: int) -> dict[str, Any]:
     lateness: list[float] = deliveries["lateness_ms"]
     delivered = int(deliveries["delivered"])
-    missing = scenario.jobs - delivered
+    missing = added - delivered
     fields: dict[str, Any] = {"delivered": delivered, "missing": missing}
     fields["duplicates"] = int(deliveries["duplicates"])
     first, last = deliveries["first_ms"], deliveries["last_ms"]

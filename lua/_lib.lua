@@ -13,6 +13,15 @@ local trim_kind = ARGV[2]
 local trim_arg = ARGV[3]
 local prefix = ARGV[4]
 
+-- Redis Cluster, while this shard's slot migrates to another node: a key this node lacks may
+-- already be there, and a command on it fails the script half-way, after earlier writes (scripts
+-- do not roll back), leaving a job in no structure. A key that never exists is redirected exactly
+-- then, so refuse before writing anything; cluster clients retry TRYAGAIN until the move is done.
+local slot_probe = redis.pcall('EXISTS', prefix .. 'slot-probe')
+if type(slot_probe) == 'table' and slot_probe.err then
+  return redis.error_reply('TRYAGAIN redelay: this shard\'s slot is migrating')
+end
+
 local function split_member(member)
   local bar = string.find(member, '|', 1, true)
   return string.sub(member, 1, bar - 1), string.sub(member, bar + 1)

@@ -318,7 +318,9 @@ class ConsumerPool(RedelayActor):
             return
         for running in withdrawn:
             del self.running[running.lease.key]
-        releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in withdrawn]
+        # Each release goes to the front of the ready list, so the last one given ends up
+        # first: give them back newest first to keep the order they were leased in.
+        releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in reversed(withdrawn)]
         try:
             self.store.release_many(releases)
             self.counts["released"] += len(releases)

@@ -161,7 +161,8 @@ class ActorSystem:
             )
         except pykka.Timeout:
             report = {"error": "the shutdown sequence did not finish in time"}
-        self.coordinator.stop(block=False)
+        with contextlib.suppress(pykka.Timeout):  # it is idle once it has answered
+            self.coordinator.stop(block=True, timeout=0.2)
         self.coordinator = None
         self.watchdog = None
         return report

@@ -1,18 +1,23 @@
-"""Runs the script calls of several shards in one round trip, optionally waiting for replicas.
+"""Runs the script calls of several shards in few round trips, optionally waiting for replicas.
 
-A pipeline of EVALSHA: on a single server one connection carries them all; on Redis Cluster
-redis-py's cluster pipeline writes each node's share to that node before reading any reply, so
-the shards' scripts run on their masters in parallel, and ``MOVED``/``ASK``/``TRYAGAIN`` replies
-are retried one by one by redis-py. A ``NOSCRIPT`` reply (a fresh or promoted master has an empty
-script cache) means the script did not run: it is loaded and run again.
+Calls are grouped by the node that serves their shard (a single server is one node) and each
+group is one pipeline of EVALSHA on one connection of that node. Not redis-py's cluster pipeline:
+for every EVALSHA it queues it first asks the cluster's default node for the command's keys
+(``COMMAND GETKEYS``, one round trip each), and when that node dies it keeps asking it.
 
-Durable calls end with ``WAIT numreplicas timeout`` on the connection that ran them, because WAIT
-only covers the writes of its own connection. On a cluster that means one pipeline per node,
-routed here rather than by redis-py, so redirections are handled here too.
+Replies that say the call did not run are retried: ``NOSCRIPT`` (a fresh or promoted master has
+an empty script cache) after loading the script; ``MOVED``, ``ASK`` and ``TRYAGAIN`` (a slot
+moving between nodes) after refreshing the slot map and a short pause. A connection error
+refreshes the slot map (a failover may have moved the shard's master) and is raised: the calls
+sent on that connection may or may not have run.
+
+Durable calls end each group with ``WAIT numreplicas timeout`` on the same connection, because
+WAIT only covers the writes made on its own connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
@@ -21,12 +26,18 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    TryAgainError,
+)
 
 from ._scripts import ScriptRunner, sources
 
-# Redirections and TRYAGAIN during a slot migration last milliseconds; a durable call retries
-# this many times, 50 ms apart, before giving up.
+# Redirections and TRYAGAIN during a slot migration last milliseconds; calls are retried this
+# many times, 50 ms apart, before giving up.
 _REDIRECT_ATTEMPTS = 40
 _REDIRECT_PAUSE_S = 0.05
 
@@ -47,7 +58,7 @@ class WaitFor:
 
 
 class ScriptBatch:
-    """Thread-safe as far as the client is: every call takes its own pipeline."""
+    """Thread-safe as far as the client is: every call takes its own pipelines."""
 
     def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
@@ -58,50 +69,40 @@ class ScriptBatch:
             for name, source in self._sources.items()
         }
 
-    def _evalsha_args(self, call: ScriptCall) -> list[Any]:
-        return ["EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args]
-
     def run(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Replies in call order; raises the first error after every call has been tried."""
-        if len(calls) == 1:
+        if len(calls) == 1:  # redis-py's own routing and retries are enough for one call
             return [self.runner(calls[0].name, calls[0].keys, calls[0].args)]
-        pipe = self.client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(*self._evalsha_args(call))
-        replies: list[Any] = list(pipe.execute(raise_on_error=False))
-        for n, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):  # did not run: load it, run it again
-                replies[n] = self.runner(calls[n].name, calls[n].keys, calls[n].args)
-        _raise_first_error(replies)
+        replies, _ = self._run(calls, None)
         return replies
 
     def run_durable(self, calls: Sequence[ScriptCall], wait: WaitFor) -> tuple[list[Any], int]:
         """Replies in call order, and the fewest replicas that acknowledged any of them."""
+        replies, acked = self._run(calls, wait)
+        return replies, wait.replicas if acked is None else acked
+
+    def _run(
+        self, calls: Sequence[ScriptCall], wait: WaitFor | None
+    ) -> tuple[list[Any], int | None]:
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
-        acked = wait.replicas
+        acked: int | None = None
         for attempt in range(_REDIRECT_ATTEMPTS):
             retry: list[int] = []
             for node_client, indexes in self._by_node(calls, pending):
-                pipe = node_client.pipeline(transaction=False)
-                for n in indexes:
-                    pipe.execute_command(*self._evalsha_args(calls[n]))  # type: ignore[no-untyped-call]
-                pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)  # type: ignore[no-untyped-call]
-                *results, replicas = pipe.execute(raise_on_error=False)
+                results, replicas = self._send(node_client, [calls[n] for n in indexes], wait)
                 ran = False
                 for n, result in zip(indexes, results, strict=True):
                     if isinstance(result, NoScriptError):
                         node_client.script_load(self._sources[calls[n].name])
                         retry.append(n)
                     elif isinstance(result, MovedError | AskError | TryAgainError):
-                        retry.append(n)  # not run here; the slot is moving or has moved
+                        retry.append(n)  # not run here: the slot is moving or has moved
                     else:
                         replies[n] = result
                         ran = True
-                if ran:
-                    if isinstance(replicas, Exception):
-                        raise replicas
-                    acked = min(acked, int(replicas))
+                if ran and replicas is not None:
+                    acked = replicas if acked is None else min(acked, replicas)
             if not retry:
                 _raise_first_error(replies)
                 return replies, acked
@@ -110,8 +111,30 @@ class ScriptBatch:
             if attempt:
                 time.sleep(_REDIRECT_PAUSE_S)  # a migration or failover is finishing
         raise TryAgainError(
-            f"{len(pending)} durable script calls were redirected {_REDIRECT_ATTEMPTS} times"
+            f"{len(pending)} script calls were still redirected after {_REDIRECT_ATTEMPTS} tries"
         )
+
+    def _send(
+        self, node_client: redis.Redis, calls: list[ScriptCall], wait: WaitFor | None
+    ) -> tuple[list[Any], int | None]:
+        pipe = node_client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
+            )
+        if wait is not None:
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)  # type: ignore[no-untyped-call]
+        try:
+            results = list(pipe.execute(raise_on_error=False))
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._refresh_slots()
+            raise
+        if wait is None:
+            return results, None
+        replicas = results.pop()
+        if isinstance(replicas, Exception):
+            raise replicas
+        return results, int(replicas)
 
     def _by_node(
         self, calls: Sequence[ScriptCall], indexes: Sequence[int]
@@ -127,7 +150,8 @@ class ScriptBatch:
 
     def _refresh_slots(self) -> None:
         if isinstance(self.client, RedisCluster):
-            self.client.nodes_manager.initialize()
+            with contextlib.suppress(redis.RedisError, RedisClusterException):
+                self.client.nodes_manager.initialize()
 
 
 def _raise_first_error(replies: Sequence[Any]) -> None:

@@ -174,6 +174,7 @@ class LocalCluster:
                 "--cluster-node-timeout", str(self.node_timeout_ms),
                 # Replicas always try to take over, however stale: failover tests want them to.
                 "--cluster-replica-validity-factor", "0",
+                "--repl-diskless-sync-delay", "0",
             )  # fmt: skip
             self.nodes.append(ServerProcess(port, directory, args))
         try:
@@ -212,7 +213,8 @@ class LocalCluster:
         return next(n for n in self.nodes if n.port == port)
 
     def wait_healthy(self, timeout_s: float = 30) -> None:
-        """Every live node says the cluster is ok and sees every slot on a live master."""
+        """Every live node says the cluster is ok, every slot is on a live master, and every
+        live replica is in sync with its master."""
 
         def healthy() -> bool:
             for node in self.nodes:
@@ -223,6 +225,11 @@ class LocalCluster:
                     text = info.decode() if isinstance(info, bytes) else str(info)
                     if "cluster_state:ok" not in text:
                         return False
+                    replication = client.info("replication")
+                    if replication.get("role") == "slave" and (
+                        replication.get("master_link_status") != "up"
+                    ):
+                        return False  # a replica still syncing would lose everything on a kill
             masters = self.master_ports()
             return len(masters) == self.masters
 
@@ -264,6 +271,34 @@ class LocalCluster:
                 if int(low) <= slot <= int(high or low):
                     return int(parts[1].split("@")[0].rsplit(":", 1)[1])
         raise KeyError(slot)
+
+    def migrate_slot(self, slot: int, to_port: int, *, pause_s: float = 0.0) -> None:
+        """Moves ``slot`` to the master on ``to_port`` the way ``redis-cli --cluster reshard``
+        does, one slot: IMPORTING/MIGRATING, MIGRATE the keys in batches, then SETSLOT NODE.
+        ``pause_s`` widens the window in which the slot is migrating but its keys not yet moved.
+        """
+        from_port = self.master_of_slot(slot)
+        if from_port == to_port:
+            return
+        source_id, target_id = self.node_id(from_port), self.node_id(to_port)
+        source = self.node_by_port(from_port).client()
+        target = self.node_by_port(to_port).client()
+        try:
+            target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)  # type: ignore[no-untyped-call]
+            source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)  # type: ignore[no-untyped-call]
+            time.sleep(pause_s)  # the window under test, not a race fix
+            while True:
+                keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10)  # type: ignore[no-untyped-call]
+                if not keys:
+                    break
+                source.execute_command("MIGRATE", HOST, to_port, "", 0, 5000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+            # The target first, so the slot always has an owner that accepts it.
+            for port in [to_port, from_port, *self.master_ports()]:
+                with contextlib.closing(self.node_by_port(port).client()) as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)  # type: ignore[no-untyped-call]
+        finally:
+            source.close()
+            target.close()
 
     def flushall(self) -> None:
         for port in self.master_ports():

@@ -1,0 +1,154 @@
+"""Sharded namespaces on a real Redis Cluster (3 masters + 3 replicas) started by the suite."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from _audit import structure_problems
+from _cluster_flow import TOPIC, Flow
+from cluster import clean_cluster, cluster, fresh_cluster  # noqa: F401  (fixtures)
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import ClusterError, TryAgainError
+
+from actors.clock import FakeClock, SystemClock
+from actors.sharding import Durability, ShardedStore
+from actors.store import Store, TopicConfig
+from actors.topology import connect, describe
+from simulations.local_redis import LocalCluster
+
+SHARDS = 6
+FLOW_CONFIG = TopicConfig(retry_ms=(100,) * 20, lease_ms=1_000)
+
+
+def sharded(client: RedisCluster, clock: SystemClock | FakeClock, **kwargs: object) -> ShardedStore:
+    store = ShardedStore(client, "flow", clock, shards=SHARDS, **kwargs)  # type: ignore[arg-type]
+    store.configure_topic(TOPIC, FLOW_CONFIG)
+    return store
+
+
+def test_a_plain_url_to_a_cluster_node_opens_a_cluster_client(
+    clean_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    client = connect(clean_cluster.url())
+    try:
+        assert isinstance(client, RedisCluster)
+        assert describe(client).startswith("Redis Cluster, masters 127.0.0.1:")
+    finally:
+        client.close()
+
+
+def test_the_shards_spread_over_the_masters(clean_cluster: LocalCluster) -> None:  # noqa: F811
+    client = clean_cluster.client()
+    store = sharded(client, FakeClock())
+    owners = {clean_cluster.master_of_slot(key_slot(s.keys.jobs.encode())) for s in store.shards}
+    assert len(owners) >= 2  # six hash tags over three masters' slot ranges
+    client.close()
+
+
+def test_a_migrating_slot_refuses_scripts_before_writing_anything(
+    fresh_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    """Without the slot probe in _lib.lua, carry pushed onto a ready list the node lacked and
+    failed after removing the jobs from the delayed set: they were in no structure."""
+    client = fresh_cluster.client()
+    clock = FakeClock()
+    store = Store(client, "mig", clock)  # type: ignore[arg-type]
+    store.add_many([store.new_job("t", f"j{n}", n, delay_ms=1_000) for n in range(5)])
+    slot = key_slot(store.keys.jobs.encode())
+    source = fresh_cluster.master_of_slot(slot)
+    target = next(p for p in fresh_cluster.master_ports() if p != source)
+    source_client = fresh_cluster.node_by_port(source).client()
+    target_client = fresh_cluster.node_by_port(target).client()
+    target_client.execute_command(  # type: ignore[no-untyped-call]
+        "CLUSTER", "SETSLOT", slot, "IMPORTING", fresh_cluster.node_id(source)
+    )
+    source_client.execute_command(  # type: ignore[no-untyped-call]
+        "CLUSTER", "SETSLOT", slot, "MIGRATING", fresh_cluster.node_id(target)
+    )
+    audit_before = source_client.xlen(store.keys.audit)
+    clock.advance(2_000)
+    # redis-py retries TRYAGAIN for a while, then gives up ("TTL exhausted").
+    with pytest.raises((TryAgainError, ClusterError)):
+        store.carry()
+    assert source_client.zcard(store.keys.delayed) == 5  # nothing was moved half-way
+    assert source_client.xlen(store.keys.audit) == audit_before
+    # Finish the move: the jobs carry normally from the new owner.
+    keys = source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)  # type: ignore[no-untyped-call]
+    source_client.execute_command(  # type: ignore[no-untyped-call]
+        "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys
+    )
+    for port in fresh_cluster.master_ports():
+        with fresh_cluster.node_by_port(port).client() as node:
+            node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", fresh_cluster.node_id(target))
+    assert store.carry() == (5, None)
+    assert structure_problems(store) == []
+    assert fresh_cluster.master_of_slot(slot) == target
+    for c in (client, source_client, target_client):
+        c.close()
+
+
+def test_jobs_flow_on_the_cluster(clean_cluster: LocalCluster) -> None:  # noqa: F811
+    client = clean_cluster.client()
+    clock = SystemClock()
+    store = sharded(client, clock)
+    flow = Flow(store, clock, jobs=300, add_interval_s=0.002).start()
+    flow.finish()
+    assert flow.problems() == []
+    assert flow.log.errors == {}
+    for shard in store.shards:
+        assert structure_problems(shard) == []
+    client.close()
+    clock.close()
+
+
+def test_slots_migrated_while_jobs_flow_lose_nothing(
+    fresh_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    client = fresh_cluster.client()
+    clock = SystemClock()
+    store = sharded(client, clock)
+    flow = Flow(store, clock, jobs=500, add_interval_s=0.004).start()
+    slots = [key_slot(s.keys.jobs.encode()) for s in store.shards]
+    moves = 0
+    deadline = time.monotonic() + 20
+    while flow.producer.is_alive() and time.monotonic() < deadline:
+        for slot in slots:
+            owner = fresh_cluster.master_of_slot(slot)
+            others = [p for p in fresh_cluster.master_ports() if p != owner]
+            fresh_cluster.migrate_slot(slot, others[moves % len(others)], pause_s=0.02)
+            moves += 1
+    flow.finish()
+    assert moves >= len(slots)
+    assert flow.problems() == []
+    for shard in store.shards:
+        assert structure_problems(shard) == []
+    client.close()
+    clock.close()
+
+
+def test_a_master_killed_while_jobs_flow_loses_no_confirmed_job(
+    fresh_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    client = fresh_cluster.client()
+    clock = SystemClock()
+    # Durable adds: a confirmed add is on a replica too, so the promoted replica has it.
+    store = sharded(client, clock, durability=Durability(replicas=1, timeout_ms=2_000))
+    flow = Flow(store, clock, jobs=400, add_interval_s=0.005).start()
+    deadline = time.monotonic() + 10
+    while flow.added() < 150 and time.monotonic() < deadline:
+        time.sleep(0.01)  # waiting for jobs to be flowing before the crash
+    victim = fresh_cluster.master_of_slot(key_slot(store.shards[0].keys.jobs.encode()))
+    fresh_cluster.node_by_port(victim).kill()
+    fresh_cluster.wait_healthy()  # its replica took over
+    assert victim not in fresh_cluster.master_ports()
+    # The operator restarts it: it rejoins as the new master's replica, so durable adds to that
+    # master's shards (which failed meanwhile: no replica to acknowledge) succeed again.
+    fresh_cluster.node_by_port(victim).start()
+    fresh_cluster.wait_healthy()
+    flow.finish(timeout_s=40)
+    assert flow.problems() == []
+    assert sum(flow.log.errors.values()) > 0  # the crash was felt, and survived
+    client.close()
+    clock.close()

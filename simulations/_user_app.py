@@ -1,0 +1,89 @@
+"""Loading a user's own handlers (``--app MODULE:ATTR``) and job bodies (``--bodies MODULE:FUNC``).
+
+``ATTR`` is either a DelayQueue whose handlers are registered, or a function ``register(queue)``
+that registers handlers on the queue it is given. The simulators copy each handler's settings
+(concurrency, timeout, retry, lease) and run the handler inside their own wrapper, which records
+every run in the ledger and injects the seed's handler faults.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from actors import DelayQueue, FakeClock
+from actors import _constants as c
+from actors.job import Job
+from actors.system import HandlerSpec
+
+from .det_settings import TopicPlan
+
+BodyFn = Callable[[str, str], Any]
+
+
+def _resolve(target: str, what: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"{what}: {target!r} is not MODULE:ATTR (e.g. myapp.tasks:queue)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like app runners: modules in the current directory
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_specs(target: str) -> list[HandlerSpec]:
+    """The handlers registered by ``target`` (a DelayQueue, or a register(queue) function)."""
+    obj = _resolve(target, "--app")
+    if isinstance(obj, DelayQueue):
+        queue = obj
+    elif callable(obj):
+        # A queue that never connects: registering handlers touches no server.
+        queue = DelayQueue(
+            redis.Redis(unix_socket_path="/nonexistent/redelay-sim-probe.sock"),
+            clock=FakeClock(),
+            producer_only=True,
+        )
+        obj(queue)
+    else:
+        raise SystemExit(f"--app: {target} is a {type(obj).__name__}, not a DelayQueue or function")
+    specs = list(queue._handlers.values())
+    if not specs:
+        raise SystemExit(f"--app: {target} registers no handlers")
+    return specs
+
+
+def topic_plan(spec: HandlerSpec) -> TopicPlan:
+    """The topic settings the worker would store for this handler (see DelayQueue.start)."""
+    lease_ms = spec.lease_ms or max(c.DEFAULT_LEASE_MS, min(spec.timeout_ms * 2, c.LEASE_MS_MAX))
+    return TopicPlan(
+        name=spec.topic,
+        concurrency=spec.concurrency,
+        timeout_ms=spec.timeout_ms,
+        lease_ms=lease_ms,
+        retry_ms=spec.retry_ms or c.DEFAULT_RETRY_SCHEDULE_MS,
+    )
+
+
+def load_app_handlers(
+    target: str,
+) -> tuple[dict[str, Callable[[Job], Any]], tuple[TopicPlan, ...]]:
+    specs = load_specs(target)
+    return {s.topic: s.handler for s in specs}, tuple(topic_plan(s) for s in specs)
+
+
+def load_bodies(target: str | None) -> BodyFn:
+    """``FUNC(topic, job_id) -> body`` (any JSON value); the default body is {"id": job_id}."""
+    if target is None:
+        return lambda topic, job_id: {"id": job_id}
+    fn = _resolve(target, "--bodies")
+    if not callable(fn):
+        raise SystemExit(f"--bodies: {target} is not a function")
+    body_fn: BodyFn = fn
+    return body_fn

@@ -1,0 +1,520 @@
+"""Checkers: from what the ledger saw and what Redis holds at the end, decide what went wrong.
+
+Pure functions over :class:`Evidence` (no Redis, no clock, no threads), shared by both simulators
+and testable with hand-made evidence. They run in this order, safety first, then at-least-once,
+then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, docs/simulations.md):
+
+1. ``early``: a job was leased, or its handler started, before its due time.
+2. ``cancelled_delivered``: a job was delivered after a cancel that removed it (or after a cancel
+   request on a leased job: that run may finish, no later one may start).
+3. ``after_ack``: a job changed state after it was acked (e.g. it came back and ran again).
+4. ``audit_drift``: the audit stream has an illegal transition, reuses a lease token, or does not
+   replay to the live state (``actors.replay.fold`` + ``compare``).
+5. ``lost``: a job the producer added is gone from Redis without a successful run, a death or a
+   cancel to show for it.
+6. ``unexplained_duplicate``: a job ran again after a run that did not fail, and the audit stream
+   shows no expired lease, release or handler timeout that ended the earlier run.
+7. ``stuck``: at the end a job is still delayed, ready or leased (nothing finished it in time).
+8. ``late``: with a bound set, lateness in calm periods went over it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import pairwise
+
+from actors.replay import compare, fold
+from actors.store import Snapshot
+
+from .ledger import FaultRow, Key, LedgerData, RunRow
+
+Entry = tuple[str, dict[str, str]]
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1  # the simulator itself failed (a traceback says where)
+EXIT_USAGE = 2
+EXIT_NO_REDIS = 3  # no redis-server binary to run
+
+
+class Failure(StrEnum):
+    EARLY = "early"
+    CANCELLED_DELIVERED = "cancelled_delivered"
+    AFTER_ACK = "after_ack"
+    AUDIT_DRIFT = "audit_drift"
+    LOST = "lost"
+    UNEXPLAINED_DUPLICATE = "unexplained_duplicate"
+    STUCK = "stuck"
+    LATE = "late"
+
+
+# In check order: the first failure found decides the exit code.
+EXIT_CODES: dict[Failure, int] = {
+    Failure.EARLY: 10,
+    Failure.CANCELLED_DELIVERED: 11,
+    Failure.AFTER_ACK: 12,
+    Failure.AUDIT_DRIFT: 13,
+    Failure.LOST: 14,
+    Failure.UNEXPLAINED_DUPLICATE: 15,
+    Failure.STUCK: 16,
+    Failure.LATE: 17,
+}
+
+MEANINGS: dict[Failure, str] = {
+    Failure.EARLY: "a job was delivered before its due time",
+    Failure.CANCELLED_DELIVERED: "a cancelled job was delivered",
+    Failure.AFTER_ACK: "a job changed state after it was acked",
+    Failure.AUDIT_DRIFT: "the audit stream does not replay to the live state",
+    Failure.LOST: "a job the producer added was lost",
+    Failure.UNEXPLAINED_DUPLICATE: "a duplicate delivery has no expired lease, release or timeout",
+    Failure.STUCK: "a job was still pending when the run ended",
+    Failure.LATE: "lateness in calm periods went over the bound",
+}
+
+# Events after which a job is gone; only a new add may follow (and refused calls, which change
+# nothing).
+_RESTARTS = frozenset({"added", "replaced"})
+_HARMLESS_AFTER_END = frozenset({"added", "replaced", "rejected"})
+# Events that carry the job's (new) due time.
+_DUE_EVENTS = frozenset({"added", "replaced", "failed", "expired", "requeued", "ready"})
+# Events that end a lease without an ack, so a later lease of the same job is legitimate.
+_LEASE_ENDS = ("expired", "released", "failed", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    failure: Failure
+    key: Key | None
+    message: str
+
+    def __str__(self) -> str:
+        where = "" if self.key is None else f"{self.key[0]}/{self.key[1]}: "
+        return f"[{self.failure}] {where}{self.message}"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    ledger: LedgerData
+    audit: list[Entry]
+    live: Snapshot
+    # Clocks of different processes agree only to within this (0 with one fake clock).
+    early_tolerance_ms: int = 0
+    # A delivery is "after a fault" when a fault fired between its due time and its start, or
+    # at most this long before its due time (recovery takes a lease or a sweep to finish).
+    fault_window_ms: int = 60_000
+    calm_p99_bound_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    count: int
+    p50_ms: int | None
+    p99_ms: int | None
+    max_ms: int | None
+
+    @classmethod
+    def of(cls, values: Sequence[int]) -> Percentiles:
+        if not values:
+            return cls(0, None, None, None)
+        ordered = sorted(values)
+        return cls(len(ordered), _rank(ordered, 50), _rank(ordered, 99), ordered[-1])
+
+
+def _rank(ordered: Sequence[int], percent: float) -> int:
+    """Nearest-rank percentile: the smallest value with ``percent`` % of values at or below."""
+    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class LatenessPoint:
+    due_ms: int
+    lateness_ms: int
+    after_fault: bool
+
+
+@dataclass(frozen=True)
+class Lateness:
+    calm: Percentiles
+    after_fault: Percentiles
+    points: list[LatenessPoint]
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    count: int  # runs that started again after a run that did not fail
+    by_cause: dict[str, int]  # explanation -> count ("expired lease after worker_kill", ...)
+    ran_ok_twice: int  # jobs whose handler returned ok more than once
+
+
+@dataclass
+class Verdict:
+    violations: list[Violation]
+    outcomes: dict[str, int]
+    duplicates: Duplicates
+    lateness: Lateness
+    checked: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Failure]:
+        found = {v.failure for v in self.violations}
+        return [f for f in EXIT_CODES if f in found]
+
+    @property
+    def exit_code(self) -> int:
+        failures = self.failures
+        return EXIT_CODES[failures[0]] if failures else EXIT_OK
+
+
+class AuditIndex:
+    """The stream, grouped per job, with each lease token's position."""
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self.by_key: dict[Key, list[tuple[int, dict[str, str]]]] = defaultdict(list)
+        self.lease_pos: dict[str, int] = {}
+        self.lease_ms: dict[str, int] = {}
+        self.reused_tokens: list[tuple[Key, str]] = []
+        for pos, (_, fields) in enumerate(entries):
+            key = (fields.get("t", ""), fields.get("i", ""))
+            self.by_key[key].append((pos, fields))
+            if fields.get("e") == "leased":
+                token = fields.get("tok", "")
+                if token in self.lease_pos:
+                    self.reused_tokens.append((key, token))
+                self.lease_pos[token] = pos
+                self.lease_ms[token] = int(fields.get("ms", 0))
+
+    def first(self, key: Key, events: Iterable[str]) -> int | None:
+        wanted = set(events)
+        for pos, fields in self.by_key.get(key, []):
+            if fields.get("e") in wanted:
+                return pos
+        return None
+
+    def between(self, key: Key, after: int, before: int) -> list[dict[str, str]]:
+        return [f for pos, f in self.by_key.get(key, []) if after < pos < before]
+
+
+def _runs_by_key(runs: Iterable[RunRow]) -> dict[Key, list[RunRow]]:
+    grouped: dict[Key, list[RunRow]] = defaultdict(list)
+    for run in runs:
+        grouped[run.key].append(run)
+    return grouped
+
+
+# -- 1. early ---------------------------------------------------------------------------------
+
+
+def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
+    found: list[Violation] = []
+    tolerance = ev.early_tolerance_ms
+    for key, events in index.by_key.items():
+        due: int | None = None
+        for pos, fields in events:
+            event = fields.get("e")
+            if event in _DUE_EVENTS and "due" in fields:
+                due = int(fields["due"])
+            elif event == "leased" and due is not None and int(fields["ms"]) + tolerance < due:
+                early_ms = due - int(fields["ms"])
+                found.append(
+                    Violation(
+                        Failure.EARLY,
+                        key,
+                        f"leased {early_ms} ms before its due time {due} (audit entry {pos})",
+                    )
+                )
+    for run in ev.ledger.runs:
+        job = ev.ledger.jobs.get(run.key)
+        due = max(run.due_ms, job.due_ms) if job is not None else run.due_ms
+        if run.started_ms + tolerance < due:
+            found.append(
+                Violation(
+                    Failure.EARLY,
+                    run.key,
+                    f"handler started {due - run.started_ms} ms before the due time {due} "
+                    f"(attempt {run.attempt}, token {run.token}, worker {run.worker})",
+                )
+            )
+    return found
+
+
+# -- 2. cancelled ------------------------------------------------------------------------------
+
+
+def check_cancelled(ev: Evidence, index: AuditIndex) -> list[Violation]:
+    found: list[Violation] = []
+    for key, events in index.by_key.items():
+        blocked: tuple[int, str] | None = None
+        for pos, fields in events:
+            event = fields.get("e", "")
+            if event in _RESTARTS:
+                blocked = None
+            elif event in ("cancelled", "cancel_requested") and blocked is None:
+                blocked = (pos, event)
+            elif event == "leased" and blocked is not None:
+                found.append(
+                    Violation(
+                        Failure.CANCELLED_DELIVERED,
+                        key,
+                        f"leased (audit entry {pos}, token {fields.get('tok')}) after "
+                        f"{blocked[1]} (audit entry {blocked[0]})",
+                    )
+                )
+    runs = _runs_by_key(ev.ledger.runs)
+    for cancel in ev.ledger.cancels:
+        if cancel.result not in ("removed", "requested"):
+            continue
+        marker = "cancelled" if cancel.result == "removed" else "cancel_requested"
+        marker_pos = index.first(cancel.key, [marker])
+        for run in runs.get(cancel.key, []):
+            if run.seq < cancel.seq:
+                continue
+            lease_pos = index.lease_pos.get(run.token)
+            if marker_pos is None or lease_pos is None or lease_pos > marker_pos:
+                found.append(
+                    Violation(
+                        Failure.CANCELLED_DELIVERED,
+                        cancel.key,
+                        f"cancel answered {cancel.result!r}, then the handler ran "
+                        f"(token {run.token}, worker {run.worker})",
+                    )
+                )
+    return found
+
+
+# -- 3. after ack ------------------------------------------------------------------------------
+
+
+def check_after_ack(index: AuditIndex) -> list[Violation]:
+    found: list[Violation] = []
+    for key, events in index.by_key.items():
+        acked_at: int | None = None
+        for pos, fields in events:
+            event = fields.get("e", "")
+            if event in _RESTARTS:
+                acked_at = None
+            elif acked_at is not None and event not in _HARMLESS_AFTER_END:
+                found.append(
+                    Violation(
+                        Failure.AFTER_ACK,
+                        key,
+                        f"{event} (audit entry {pos}) after it was acked (audit entry {acked_at})",
+                    )
+                )
+                acked_at = None  # one report per ack
+            elif event == "acked":
+                acked_at = pos
+    return found
+
+
+# -- 4. audit replay ---------------------------------------------------------------------------
+
+
+def check_audit(ev: Evidence, index: AuditIndex) -> list[Violation]:
+    found: list[Violation] = []
+    replay = fold(ev.audit)
+    for anomaly in replay.anomalies:
+        found.append(Violation(Failure.AUDIT_DRIFT, None, f"illegal transition: {anomaly}"))
+    for drift in compare(replay, ev.live):
+        found.append(
+            Violation(
+                Failure.AUDIT_DRIFT,
+                (drift.topic, drift.id),
+                f"{drift.field}: replayed {drift.replayed!r}, live {drift.live!r}",
+            )
+        )
+    for key, token in index.reused_tokens:
+        found.append(Violation(Failure.AUDIT_DRIFT, key, f"lease token {token} handed out twice"))
+    return found
+
+
+# -- 5 and 7. lost and stuck -------------------------------------------------------------------
+
+
+def check_outcomes(ev: Evidence, index: AuditIndex) -> tuple[list[Violation], dict[str, int]]:
+    found: list[Violation] = []
+    outcomes: Counter[str] = Counter()
+    succeeded = {run.key for run in ev.ledger.runs if run.outcome == "ok"}
+    # Any cancel call counts: a call whose reply was lost with a killed connection is sent again
+    # by redis-py and then answers "missing" for the job it did remove.
+    cancel_asked = {c.key for c in ev.ledger.cancels}
+    for key in sorted(ev.ledger.jobs):
+        live = ev.live.jobs.get(key)
+        if live is not None:
+            if live.state == "dead":
+                outcomes["dead"] += 1
+                continue
+            outcomes["stuck"] += 1
+            found.append(
+                Violation(
+                    Failure.STUCK,
+                    key,
+                    f"still {live.state} at the end (due {live.due_ms}, attempt {live.attempt}, "
+                    f"lease deadline {live.lease_deadline_ms})",
+                )
+            )
+            continue
+        ending = _last_end(index, key)
+        if ending == "acked" and key in succeeded:
+            outcomes["acked"] += 1
+        elif ending in ("acked", "cancelled") and key in cancel_asked:
+            outcomes["cancelled"] += 1
+        elif ending == "acked":
+            outcomes["lost"] += 1
+            found.append(
+                Violation(Failure.LOST, key, "acked, but no run of its handler ever returned ok")
+            )
+        elif ending == "cancelled":
+            outcomes["lost"] += 1
+            found.append(Violation(Failure.LOST, key, "cancelled, but nobody asked to cancel it"))
+        else:
+            outcomes["lost"] += 1
+            runs = sum(1 for r in ev.ledger.runs if r.key == key)
+            found.append(
+                Violation(
+                    Failure.LOST,
+                    key,
+                    f"gone from Redis with no acked, dead or cancelled event "
+                    f"({len(index.by_key.get(key, []))} audit events, {runs} runs)",
+                )
+            )
+    outcomes["jobs"] = len(ev.ledger.jobs)
+    return found, dict(outcomes)
+
+
+def _last_end(index: AuditIndex, key: Key) -> str | None:
+    ending: str | None = None
+    for _, fields in index.by_key.get(key, []):
+        event = fields.get("e", "")
+        if event in _RESTARTS:
+            ending = None
+        elif event in ("acked", "cancelled", "purged"):
+            ending = event
+    return ending
+
+
+# -- 6. duplicates -----------------------------------------------------------------------------
+
+
+def check_duplicates(ev: Evidence, index: AuditIndex) -> tuple[list[Violation], Duplicates]:
+    """A run is a duplicate when the run before it did not fail by itself (it returned ok, or
+    never returned: its worker crashed or it hung). Each must follow an end of the earlier lease
+    in the audit stream: expired, released, or failed by the pool (a timeout)."""
+    found: list[Violation] = []
+    causes: Counter[str] = Counter()
+    count = 0
+    ran_ok_twice = 0
+    faults = sorted(ev.ledger.faults, key=lambda f: f.at_ms)
+    for key, runs in _runs_by_key(ev.ledger.runs).items():
+        if sum(1 for r in runs if r.outcome == "ok") > 1:
+            ran_ok_twice += 1
+        for previous, run in pairwise(runs):
+            if previous.outcome == "error":
+                continue  # a retry the handler asked for, not a duplicate
+            count += 1
+            cause = _explain(index, key, previous, run, faults)
+            if cause is None:
+                found.append(
+                    Violation(
+                        Failure.UNEXPLAINED_DUPLICATE,
+                        key,
+                        f"ran again (token {run.token}) after token {previous.token} "
+                        f"({previous.outcome or 'never returned'}) with no expired lease, "
+                        "release or timeout in between",
+                    )
+                )
+                causes["unexplained"] += 1
+            else:
+                causes[cause] += 1
+    return found, Duplicates(count, dict(sorted(causes.items())), ran_ok_twice)
+
+
+def _explain(
+    index: AuditIndex, key: Key, previous: RunRow, run: RunRow, faults: Sequence[FaultRow]
+) -> str | None:
+    if previous.token == run.token:
+        return None  # the same lease delivered twice: nothing can explain it
+    start = index.lease_pos.get(previous.token)
+    end = index.lease_pos.get(run.token)
+    if start is None or end is None or end < start:
+        return None
+    for fields in index.between(key, start, end):
+        event = fields.get("e", "")
+        if event not in _LEASE_ENDS:
+            continue
+        if event == "failed" or (event == "dead" and fields.get("via") == "failed"):
+            return "handler timeout"
+        if event == "released":
+            return "released at shutdown"
+        # An expired lease (or a death or cancel by expiry): name the faults that fired while
+        # the lease was held.
+        lease_ms = index.lease_ms[previous.token]
+        expired_ms = int(fields.get("ms", 0))
+        kinds = sorted({f.kind for f in faults if lease_ms - 1 <= f.at_ms <= expired_ms})
+        return "expired lease" + (f" ({', '.join(kinds)})" if kinds else " (no fault)")
+    return None
+
+
+# -- lateness ----------------------------------------------------------------------------------
+
+
+def lateness(ev: Evidence) -> Lateness:
+    fault_times = sorted(f.at_ms for f in ev.ledger.faults)
+    points: list[LatenessPoint] = []
+    for run in ev.ledger.runs:
+        late_ms = run.started_ms - run.due_ms
+        after = any(run.due_ms - ev.fault_window_ms <= at <= run.started_ms for at in fault_times)
+        points.append(LatenessPoint(run.due_ms, late_ms, after))
+    calm = [p.lateness_ms for p in points if not p.after_fault]
+    hit = [p.lateness_ms for p in points if p.after_fault]
+    return Lateness(Percentiles.of(calm), Percentiles.of(hit), points)
+
+
+def check_late(ev: Evidence, late: Lateness) -> list[Violation]:
+    bound = ev.calm_p99_bound_ms
+    if bound is None or late.calm.p99_ms is None or late.calm.p99_ms <= bound:
+        return []
+    return [
+        Violation(
+            Failure.LATE,
+            None,
+            f"calm-period lateness p99 {late.calm.p99_ms} ms is over the bound {bound} ms",
+        )
+    ]
+
+
+# -- all together ------------------------------------------------------------------------------
+
+
+def check_all(ev: Evidence) -> Verdict:
+    index = AuditIndex(ev.audit)
+    violations: list[Violation] = []
+    violations += check_early(ev, index)
+    violations += check_cancelled(ev, index)
+    violations += check_after_ack(index)
+    violations += check_audit(ev, index)
+    outcome_violations, outcomes = check_outcomes(ev, index)
+    duplicate_violations, duplicates = check_duplicates(ev, index)
+    late = lateness(ev)
+    violations += [v for v in outcome_violations if v.failure is Failure.LOST]
+    violations += duplicate_violations
+    violations += [v for v in outcome_violations if v.failure is Failure.STUCK]
+    violations += check_late(ev, late)
+    return Verdict(violations, outcomes, duplicates, late, checked=[f.value for f in Failure])
+
+
+__all__ = [
+    "EXIT_CODES",
+    "MEANINGS",
+    "AuditIndex",
+    "Duplicates",
+    "Evidence",
+    "Failure",
+    "Lateness",
+    "Percentiles",
+    "Verdict",
+    "Violation",
+    "check_all",
+]

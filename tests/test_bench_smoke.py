@@ -86,7 +86,7 @@ def test_page_and_json_render_from_the_records(
         "records": records,
         "skipped": [{"system": "arq", "scenario": "immediate", "reason": "not installed"}],
         "redis_limit": {},
-        "profile": {},
+        "profiles": [],
         "concurrency_sweep": [],
         "targets": [v.to_json() for v in targets.judge(records)],
         "charts": {},

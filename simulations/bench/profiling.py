@@ -1,6 +1,6 @@
 """Where redelay's worker spends its time: py-spy attached to it during an immediate run.
 
-py-spy samples the thread holding the GIL 250 times a second, from the worker's go to its end
+py-spy samples the thread holding the GIL 1,000 times a second, from the worker's go to its end
 (``--nonblocking``: the process is not paused, so the overhead is small). The raw output is one
 line per distinct stack (outermost frame first) with a sample count; we sum it per function
 (self: the innermost frame; total: anywhere on the stack) and per area (the innermost frame that
@@ -22,7 +22,7 @@ from .runner import RunContext, run_scenario
 from .scenarios import Scenario
 from .systems import BY_NAME
 
-SAMPLE_RATE_HZ = 250  # as passed to py-spy by runner.attach_profiler
+SAMPLE_RATE_HZ = 1_000  # as passed to py-spy by runner.attach_profiler
 _FRAME_RE = re.compile(r"^(?P<function>.*) \((?P<file>[^():]+)(?::(?P<line>\d+))?\)$")
 
 # py-spy prints paths relative to their sys.path entry ("redis/client.py", "actors/pool.py").
@@ -119,20 +119,23 @@ def _match_path(path: str, needle: str) -> bool:
     return path.startswith(needle) or f"/{needle}" in path
 
 
-def profile_redelay(context: RunContext, jobs: int) -> dict[str, Any]:
+def profile_redelay(context: RunContext, jobs: int, concurrency: int) -> dict[str, Any]:
     """Runs redelay's immediate scenario with the worker under py-spy; returns the summary."""
     missing = py_spy_missing()
     if missing is not None:
-        return {"skipped": missing}
-    raw_path = context.workdir / "redelay-profile.txt"
-    profiled = RunContext(context.workdir / "profile", context.seed, profile_to=raw_path)
-    profiled.workdir.mkdir(parents=True, exist_ok=True)
+        return {"skipped": missing, "concurrency": concurrency}
+    workdir = context.workdir / f"profile-{concurrency}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    raw_path = workdir / "redelay-profile.txt"
+    env = {**context.extra_env, "BENCH_REDELAY_CONCURRENCY": str(concurrency)}
+    profiled = RunContext(workdir, context.seed, profile_to=raw_path, extra_env=env)
     scenario = Scenario("profile-immediate", "immediate", jobs, "batch", deliver=True, wait_s=300)
     record = run_scenario(BY_NAME["redelay"], scenario, profiled)
     if not raw_path.exists():
         return {"skipped": "py-spy wrote no profile (ptrace not permitted here?)"}
     summary = parse_raw(raw_path.read_text()).to_json()
     summary["jobs"] = jobs
+    summary["concurrency"] = concurrency
     rate = record.get("delivered_jobs_per_s")
     summary["delivered_jobs_per_s_under_profiler"] = rate
     if rate:

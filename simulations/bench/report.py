@@ -288,9 +288,16 @@ def script_table(limit: dict[str, Any]) -> str:
     return table(header, rows)
 
 
-def profile_section(profile: dict[str, Any]) -> str:
-    if not profile:
+def profiles_section(profiles: Sequence[dict[str, Any]]) -> str:
+    if not profiles:
         return "Not profiled in this run."
+    return "\n\n".join(
+        f"**Handler concurrency {num(p.get('concurrency'))}.** " + profile_section(p)
+        for p in profiles
+    )
+
+
+def profile_section(profile: dict[str, Any]) -> str:
     if "skipped" in profile:
         return f"Not profiled: {profile['skipped']}."
     areas = [[a["name"], f"{a['percent']:.0f}%"] for a in profile.get("areas", [])]
@@ -379,6 +386,25 @@ def fastest_peer(records: Sequence[dict[str, Any]]) -> tuple[str, float]:
     return name, rates[name]
 
 
+def _lua_share(scripts: dict[str, Any]) -> str:
+    """Share of the scripts' time over a delayed job's life spent outside Redis commands."""
+    life = ("add (100 per call)", "carry (1,000 per call)", "lease (100 per call)")
+    transitions = scripts.get("transitions") or {}
+    names = [n for n in (*life, "ack (100 per call)") if n in transitions]
+    total = sum(float(transitions[n]["usec_per_job"]) for n in names)
+    inner = sum(sum((transitions[n].get("inner_usec_per_job") or {}).values()) for n in names)
+    return num(100 * (total - inner) / total) if total else MISSING
+
+
+def _sweep(rows: Sequence[dict[str, Any]], concurrency: int | None) -> dict[str, Any]:
+    found = [r for r in rows if r.get("delivered_jobs_per_s") is not None]
+    if not found:
+        return {}
+    if concurrency is None:
+        return max(found, key=lambda r: float(r["delivered_jobs_per_s"]))
+    return next((r for r in found if r.get("concurrency") == concurrency), {})
+
+
 def values(results: dict[str, Any]) -> dict[str, str]:
     records: list[dict[str, Any]] = results["records"]
     limit: dict[str, Any] = results.get("redis_limit") or {}
@@ -390,6 +416,9 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         records, system, scenario, field
     )
     plan = {s["name"]: s for s in results["plan"]}
+    sweep_rows: list[dict[str, Any]] = results.get("concurrency_sweep") or []
+    low, best = _sweep(sweep_rows, 10), _sweep(sweep_rows, None)
+    add_cost: dict[str, Any] = (scripts.get("transitions") or {}).get("add (100 per call)") or {}
 
     def size(name: str) -> str:
         return num((plan.get(name) or {}).get("jobs"))
@@ -410,7 +439,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "enqueue_table": enqueue_table(records),
         "redis_benchmark_table": redis_benchmark_table(limit),
         "script_table": script_table(limit),
-        "profile_section": profile_section(results.get("profile") or {}),
+        "profile_section": profiles_section(results.get("profiles") or []),
         "sweep_table": sweep_table(results.get("concurrency_sweep") or []),
         "skipped_section": skipped_section(results.get("skipped") or []),
         "versions_section": versions_section(results["versions"]),
@@ -454,6 +483,14 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         ),
         "memory_with": num(g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job")),
         "batch_enqueue": num(g("redelay", "enqueue-batch", "enqueue_jobs_per_s")),
+        "lua_share": _lua_share(scripts),
+        "add_usec": num(add_cost.get("usec_per_job"), 1),
+        "batch_client_usec": num(g("redelay", "enqueue-batch", "client_cpu_ms_per_1k_jobs"), 1),
+        "sweep_low": num(low.get("delivered_jobs_per_s")),
+        "sweep_low_trips": num(low.get("redis_round_trips_per_delivered_job"), 2),
+        "sweep_best": num(best.get("delivered_jobs_per_s")),
+        "sweep_best_concurrency": num(best.get("concurrency")),
+        "sweep_best_trips": num(best.get("redis_round_trips_per_delivered_job"), 3),
         "lateness_chart": _image(results, "lateness", "Lateness percentiles under steady load"),
         "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
     }

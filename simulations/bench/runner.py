@@ -115,8 +115,8 @@ def attach_profiler(pid: int, raw_path: Path) -> subprocess.Popen[bytes]:
     """py-spy on a running worker, from its go to its end: only the thread holding the GIL is
     sampled (--gil), so waits do not show and the samples are where Python spends CPU."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    command = [py_spy, "record", "--pid", str(pid), "--gil", "--nonblocking", "--rate", "250"]
-    # (250 Hz is profiling.SAMPLE_RATE_HZ; it is spelled out here to keep the imports one-way.)
+    command = [py_spy, "record", "--pid", str(pid), "--gil", "--nonblocking", "--rate", "1000"]
+    # (1000 Hz is profiling.SAMPLE_RATE_HZ; it is spelled out here to keep the imports one-way.)
     command += ["--format", "raw", "--output", str(raw_path)]
     profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy needs a moment to attach; the worker waits for its go meanwhile
@@ -192,6 +192,7 @@ def start_worker(
     if context.profile_to is not None:
         agent.profiler = attach_profiler(agent.process.pid, context.profile_to)
     ready["tree_cpu_ms"] = tree_cpu_ms(agent.process.pid)
+    ready["go_ms"] = now_ms()
     agent.request("go")
     return agent, ready
 
@@ -282,7 +283,11 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
             deliveries, worker_cpu_ms = collect_deliveries(worker, worker_ready, wait_s)
             client_cpu_ms += worker_cpu_ms
             delivered = int(deliveries["delivered"])
-            record.update(delivery_fields(deliveries, added))
+            # The drain rate counts from when the jobs could first be delivered: the worker's go
+            # (immediate) or the due time (burst); steady runs measure first to last delivery.
+            starts = {"immediate": worker_ready["go_ms"], "burst": burst_due_ms}
+            since_ms = starts.get(scenario.kind)
+            record.update(delivery_fields(deliveries, added, since_ms))
         own = server.own_commands - own_before
         after = server.stats()
         commands = after.commands - before.commands - own
@@ -300,7 +305,9 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
     return record
 
 
-def delivery_fields(deliveries: dict[str, Any], added: int) -> dict[str, Any]:
+def delivery_fields(
+    deliveries: dict[str, Any], added: int, since_ms: float | None = None
+) -> dict[str, Any]:
     lateness: list[float] = deliveries["lateness_ms"]
     delivered = int(deliveries["delivered"])
     missing = added - delivered
@@ -308,7 +315,9 @@ def delivery_fields(deliveries: dict[str, Any], added: int) -> dict[str, Any]:
     fields["duplicates"] = int(deliveries["duplicates"])
     first, last = deliveries["first_ms"], deliveries["last_ms"]
     rate = None
-    if delivered > 1 and first is not None and last > first:
+    if since_ms is not None and last is not None and last > since_ms:
+        rate = round(delivered / ((last - since_ms) / 1000), 1)
+    elif delivered > 1 and first is not None and last > first:
         rate = round((delivered - 1) / ((last - first) / 1000), 1)
     fields["delivered_jobs_per_s"] = rate
     fields.update(lateness_summary(lateness, missing))

@@ -341,24 +341,42 @@ class LocalSentinel:
                 if n > 0:
                     extra = ("--replicaof", HOST, str(master_port))
                 server = ServerProcess(
-                    port, directory, _server_args(self.binary, port, directory, *extra)
+                    port,
+                    directory,
+                    _server_args(
+                        self.binary, port, directory, "--repl-diskless-sync-delay", "0", *extra
+                    ),
                 )
                 self.servers.append(server.start())
             wait_until(self._replicas_in_sync, 30, "replicas to sync with the master")
+            # Each sentinel is told its id and its peers up front: found by hello messages they
+            # take seconds, and a failover needs the quorum to know each other.
+            ids = {port: f"{port:040x}" for port in sentinel_ports}
             for port in sentinel_ports:
                 directory = self.directory / f"sentinel-{port}"
                 directory.mkdir(parents=True, exist_ok=True)
+                lines = [
+                    f"port {port}",
+                    f"bind {HOST}",
+                    f"dir {directory}",
+                    f"logfile {directory / 'redis.log'}",
+                    f"sentinel myid {ids[port]}",
+                    f"sentinel monitor {self.service} {HOST} {master_port} 2",
+                    f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+                    f"sentinel failover-timeout {self.service} 10000",
+                    f"sentinel parallel-syncs {self.service} 1",
+                ]
+                lines += [
+                    f"sentinel known-replica {self.service} {HOST} {replica}"
+                    for replica in data_ports[1:]
+                ]
+                lines += [
+                    f"sentinel known-sentinel {self.service} {HOST} {other} {ids[other]}"
+                    for other in sentinel_ports
+                    if other != port
+                ]
                 conf = directory / "sentinel.conf"
-                conf.write_text(
-                    f"port {port}\n"
-                    f"bind {HOST}\n"
-                    f"dir {directory}\n"
-                    f"logfile {directory / 'redis.log'}\n"
-                    f"sentinel monitor {self.service} {HOST} {master_port} 2\n"
-                    f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
-                    f"sentinel failover-timeout {self.service} 10000\n"
-                    f"sentinel parallel-syncs {self.service} 1\n"
-                )
+                conf.write_text("\n".join(lines) + "\n")
                 sentinel = ServerProcess(port, directory, [self.binary, str(conf), "--sentinel"])
                 self.sentinel_processes.append(sentinel.start())
             wait_until(self._sentinels_agree, 30, "sentinels to see the master and replicas")
@@ -384,6 +402,37 @@ class LocalSentinel:
 
     def server_by_port(self, port: int) -> ServerProcess:
         return next(s for s in self.servers if s.port == port)
+
+    def wait_for_new_master(self, old_port: int, timeout_s: float = 30) -> int:
+        """Waits until the sentinels name a master other than ``old_port`` that says it is one."""
+        found: list[int] = []
+
+        def promoted() -> bool:
+            port = self.master_port()
+            if port == old_port:
+                return False
+            with contextlib.closing(self.server_by_port(port).client(socket_timeout=1)) as client:
+                if client.info("replication").get("role") != "master":
+                    return False
+            found.append(port)
+            return True
+
+        wait_until(promoted, timeout_s, f"a master other than {old_port}")
+        return found[-1]
+
+    def wait_for_replica(self, port: int, timeout_s: float = 30) -> None:
+        """Waits until the server on ``port`` replicates the current master, in sync."""
+
+        def in_sync() -> bool:
+            with contextlib.closing(self.server_by_port(port).client(socket_timeout=1)) as client:
+                info = client.info("replication")
+            return bool(
+                info.get("role") == "slave"
+                and info.get("master_port") == self.master_port()
+                and info.get("master_link_status") == "up"
+            )
+
+        wait_until(in_sync, timeout_s, f"{port} to replicate the new master")
 
     def _replicas_in_sync(self) -> bool:
         for replica in self.servers[1:]:

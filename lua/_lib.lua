@@ -31,6 +31,13 @@ local function ready_key(topic)
   return prefix .. 'ready:' .. topic
 end
 
+-- Tells the listeners of every process, on <prefix>ready, that a topic has ready jobs they may
+-- not know of: its list was empty, or a lease left jobs behind (that consumer was full). Listeners
+-- of a sharded namespace cannot block on the lists of several shards, so they wait for this.
+local function ready_notice(topic)
+  rcall('PUBLISH', prefix .. 'ready', topic)
+end
+
 local minid_trimmed = false
 
 -- Appends one audit event; `fields` is a flat list of name, value pairs after e/t/i/a/ms.

@@ -1,15 +1,18 @@
 -- Puts a job where its due time says: straight onto its topic's ready list when it is already due,
 -- otherwise into the delayed set. When a delayed job becomes the earliest one, the carriers of
--- every process are told on the wake channel so they can shorten their sleep.
+-- every process are told on the wake channel so they can shorten their sleep; when a ready list
+-- was empty, its listeners are told on the ready channel.
 -- Needs _lib.lua. Returns the state the job is now in.
 local function place(delayed_key, counts_key, member, due_ms, wake_channel, front)
   if due_ms <= now_ms then
     local topic = split_member(member)
+    local length
     if front then
-      rcall('LPUSH', ready_key(topic), member)
+      length = rcall('LPUSH', ready_key(topic), member)
     else
-      rcall('RPUSH', ready_key(topic), member)
+      length = rcall('RPUSH', ready_key(topic), member)
     end
+    if length == 1 then ready_notice(topic) end
     count(counts_key, member, 'ready', 1)
     return 'ready'
   end

@@ -3,7 +3,8 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
 -- Returns: {moved, next_due_ms} where next_due_ms is the earliest due time still delayed, or -1.
 -- A job is due when due_ms <= now_ms; jobs with equal due times move in member order.
--- Events: ready {due}. Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Events: ready {due}. Touches ready lists <prefix>ready:<topic> (same hash tag); publishes the
+-- topic on <prefix>ready when its list was empty.
 -- @include _lib.lua
 local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4]}
 local limit = tonumber(ARGV[5])
@@ -26,7 +27,9 @@ end
 if #moved > 0 then
   rcall_each_slice('ZREM', k.delayed, moved)
   for topic, list in pairs(by_topic) do
+    local was_empty = rcall('LLEN', ready_key(topic)) == 0
     rcall_each_slice('RPUSH', ready_key(topic), list)
+    if was_empty then ready_notice(topic) end
     rcall('HINCRBY', k.counts, topic .. '|delayed', -#list)
     rcall('HINCRBY', k.counts, topic .. '|ready', #list)
   end

@@ -6,7 +6,8 @@
 -- Returns: a flat list, per leased job: member, token, deadline_ms, record (msgpack).
 -- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else 30000).
 -- Tokens are "<now_ms>-<seq>", unique even if the counter is lost with the data.
--- Events: leased {tok, dl, by}.
+-- Events: leased {tok, dl, by}. Publishes the topic on <prefix>ready when jobs are left behind
+-- (this consumer was full; another may have room).
 -- @include _lib.lua
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8]}
@@ -15,6 +16,7 @@ local result = {}
 if limit < 1 then return result end
 local members = rcall('LPOP', k.ready, limit)
 if not members then return result end
+if #members == limit and rcall('LLEN', k.ready) > 0 then ready_notice(topic) end
 local last_seq = rcall('INCRBY', k.seq, #members)
 local topic_lease_ms = topic_config(k.topics, topic)['l'] or 30000
 for j, member in ipairs(members) do

@@ -5,7 +5,8 @@
 -- Returns: per job 0 OK (or 1 when the job was removed because its cancel was requested),
 -- -3 STALE_TOKEN, -4 NOT_LEASED.
 -- Events: released {tok}, or cancelled {why=released, from=leased}; rejected {op=release}.
--- Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Touches ready lists <prefix>ready:<topic> (same hash tag); publishes the topic on <prefix>ready
+-- when its list was empty.
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
@@ -26,7 +27,7 @@ for j = 0, n - 1 do
       code = 1
     else
       local topic = split_member(member)
-      rcall('LPUSH', ready_key(topic), member)
+      if rcall('LPUSH', ready_key(topic), member) == 1 then ready_notice(topic) end
       count(k.counts, member, 'ready', 1)
       audit(k.audit, 'released', member, attempt, {'tok', token})
     end

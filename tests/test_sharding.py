@@ -13,7 +13,7 @@ from actors.errors import ConfigError, ErrorCode, JobExistsError, ValidationErro
 from actors.jobstore import JobStore
 from actors.keys import shard_of
 from actors.replay import compare, fold
-from actors.sharding import PartialAddError, ShardedStore, open_store
+from actors.sharding import PartialAddError, ShardedStore, open_store, ready_channel
 from actors.store import Store, TopicConfig
 
 SHARDS = 3
@@ -273,3 +273,34 @@ def test_open_store_picks_the_plain_store_for_one_shard(
     for store in stores:
         store.add(store.new_job("t", "x"))
         assert Counter(s for c in store.stats().values() for s, n in c.items() if n) == {"ready": 1}
+
+
+def test_scripts_publish_a_ready_notice_when_a_list_fills_or_a_lease_leaves_jobs(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    store = Store(redis_client, "notes", fake_clock)
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(ready_channel(store.keys))
+    pubsub.get_message(timeout=1)
+
+    def notices() -> list[str]:
+        found = []
+        while (message := pubsub.get_message(timeout=0.05)) is not None:
+            found.append(message["data"].decode())
+        return found
+
+    store.add(store.new_job("t", "a"))  # empty list -> one job
+    store.add(store.new_job("t", "b"))  # already had one
+    assert notices() == ["t"]
+    assert len(store.lease("t", 1)) == 1  # full, and "b" is left behind
+    assert notices() == ["t"]
+    last = store.lease("t", 5)  # took everything there was
+    assert notices() == []
+    store.release_many([(x.topic, x.id, x.token) for x in last])  # back onto an empty list
+    assert notices() == ["t"]
+    store.lease("t", 5)
+    store.add(store.new_job("u", "later", delay_ms=10))
+    fake_clock.advance(10)
+    store.carry()  # onto u's empty list
+    assert notices() == ["u"]
+    pubsub.close()

@@ -18,6 +18,7 @@ class JobStore(Protocol):
     namespace: str
     clock: Clock
     default_topic_config: TopicConfig
+    topic_configs: dict[str, TopicConfig]  # this process's topic defaults, by topic
 
     def new_job(
         self,

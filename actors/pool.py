@@ -33,7 +33,8 @@ from ._workers import EventLoopThread, Task, WorkerThreads
 from .clock import Clock
 from .errors import ErrorCode
 from .job import Job, Retry
-from .store import Lease, Store
+from .jobstore import JobStore
+from .store import Lease
 
 log = logging.getLogger("actors.pool")
 
@@ -54,7 +55,7 @@ class _Running:
 class ConsumerPool(RedelayActor):
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         clock: Clock,
         topic: str,
         handler: Handler,

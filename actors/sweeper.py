@@ -17,7 +17,7 @@ from ._actor import RedelayActor
 from ._backoff import Backoff
 from ._messages import Stats, Sweep
 from .clock import Clock, Timer
-from .store import Store
+from .jobstore import JobStore
 
 log = logging.getLogger("actors.sweeper")
 
@@ -28,7 +28,7 @@ _ROUNDS_PER_MESSAGE = 20
 class RetrySweeper(RedelayActor):
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         clock: Clock,
         supervisor: pykka.ActorRef[Any] | None = None,
         *,

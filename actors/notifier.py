@@ -11,8 +11,8 @@ topic per shard would multiply connections. Instead the scripts publish, on the 
 This thread subscribes to both channels of every shard on one connection (on Redis Cluster a
 plain PUBLISH reaches every node, so any node will do) and turns messages into actor messages:
 ``Wake`` for the carriers, ``Fetch`` for the listeners of the topic. Pub/sub keeps nothing for a
-subscriber that is away, so after it reconnects it tells every carrier to carry and every listener
-to fetch.
+subscriber that is away, so after it subscribes again it tells every carrier to carry and every
+listener to fetch.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pykka
-import redis
-from redis.exceptions import RedisClusterException
 
 from ._backoff import Backoff
 from ._messages import Carry, Fetch, Wake
@@ -47,6 +45,7 @@ class ShardNotifier:
         self._subscribed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="redelay-notifier", daemon=True)
         self.messages = 0
+        self.confirmations = 0
         self.resubscribes = 0
 
     # -- registration (any thread) ----------------------------------------------------------
@@ -87,32 +86,40 @@ class ShardNotifier:
 
     def _run(self) -> None:
         backoff = Backoff()
-        first = True
         channels = sorted(self.wake_channels | self.ready_channels)
         while not self._stop.is_set():
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.client.pubsub()
             try:
                 pubsub.subscribe(*channels)
-                for _ in channels:  # the confirmations; after them nothing can slip by
-                    pubsub.get_message(timeout=1.0, ignore_subscribe_messages=False)
-                self._subscribed.set()
-                if not first:
-                    self.resubscribes += 1
-                    self._everyone_look()
-                first = False
-                backoff.reset()
                 while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is not None and message["type"] == "message":
+                    message = pubsub.get_message(timeout=0.25)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self._confirmed(len(channels))
+                        backoff.reset()
+                    elif message["type"] == "message":
                         self._dispatch(message["channel"], message["data"])
-            except (redis.RedisError, RedisClusterException, OSError) as exc:
+            except Exception as exc:  # e.g. the client closed under us: never end the thread
                 self._subscribed.set()  # do not hold up start(); the actors fall back to timers
                 wait_s = backoff.next_ms() / 1000
                 log.warning("shard channels lost (%s); resubscribing in %.2fs", exc, wait_s)
                 self._stop.wait(wait_s)
             finally:
-                with contextlib.suppress(redis.RedisError, RedisClusterException, OSError):
+                with contextlib.suppress(Exception):
                     pubsub.close()
+
+    def _confirmed(self, channels: int) -> None:
+        """Counts subscribe confirmations. Every full round after the first (we subscribed
+        again after an error, or redis-py did after a reconnect) may have missed messages."""
+        self.confirmations += 1
+        if self.confirmations % channels:
+            return
+        if self.confirmations == channels:
+            self._subscribed.set()
+        else:
+            self.resubscribes += 1
+            self._everyone_look()
 
     def _dispatch(self, raw_channel: bytes | str, raw_data: bytes | str) -> None:
         channel = raw_channel.decode() if isinstance(raw_channel, bytes) else raw_channel

@@ -22,6 +22,8 @@ from ._actor import RedelayActor
 from ._backoff import Backoff
 from ._messages import Carry, Stats, Wake
 from .clock import Clock, Timer
+from .jobstore import JobStore
+from .notifier import ShardNotifier
 from .store import Store
 
 log = logging.getLogger("actors.carrier")
@@ -33,11 +35,12 @@ _ROUNDS_PER_MESSAGE = 20
 class Carrier(RedelayActor):
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         clock: Clock,
         supervisor: pykka.ActorRef[Any] | None = None,
         batch: int = 1_000,
         name: str = "carrier",
+        notifier: ShardNotifier | None = None,
     ) -> None:
         super().__init__(name, clock, supervisor)
         self.store = store
@@ -49,20 +52,29 @@ class Carrier(RedelayActor):
         self.carries = 0
         self.reasons: Counter[str] = Counter()
         self.subscriber: WakeSubscriber | None = None
+        self.notifier = notifier  # a sharded store's wakes come through the process's notifier
 
     def started(self) -> None:
-        self.subscriber = WakeSubscriber(self.store, self.actor_ref)
-        self.subscriber.start()
+        if self.notifier is not None:
+            self.notifier.watch_wake(self.actor_ref)  # it subscribed before any actor started
+        else:
+            assert isinstance(self.store, Store), "a sharded store needs a ShardNotifier"
+            self.subscriber = WakeSubscriber(self.store, self.actor_ref)
+            self.subscriber.start()
         self.actor_ref.tell(Carry("start"))
 
     def on_stop(self) -> None:
         super().on_stop()
         if self.subscriber is not None:
             self.subscriber.stop()
+        if self.notifier is not None:
+            self.notifier.unwatch_wake(self.actor_ref)
 
     def on_failure(self, *args: Any) -> None:
         if self.subscriber is not None:
             self.subscriber.stop()
+        if self.notifier is not None:
+            self.notifier.unwatch_wake(self.actor_ref)
         super().on_failure(*args)
 
     def on_receive(self, message: Any) -> Any:

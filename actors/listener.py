@@ -25,7 +25,9 @@ from ._actor import RedelayActor
 from ._backoff import Backoff
 from ._connections import dedicated_client
 from ._messages import Fetch, Run, SlotsFreed, Stats, StopFetching
-from .clock import Clock
+from .clock import Clock, Timer
+from .jobstore import JobStore
+from .notifier import ShardNotifier
 from .store import Lease, Store
 
 log = logging.getLogger("actors.listener")
@@ -34,7 +36,7 @@ log = logging.getLogger("actors.listener")
 class TopicListener(RedelayActor):
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         clock: Clock,
         topic: str,
         pool: pykka.ActorRef[Any],
@@ -44,6 +46,7 @@ class TopicListener(RedelayActor):
         consumer: str = "",
         block_timeout_s: float = 5.0,
         batch_max: int = 1_000,
+        notifier: ShardNotifier | None = None,
     ) -> None:
         super().__init__(f"listener:{topic}", clock, supervisor)
         self.store = store
@@ -63,22 +66,38 @@ class TopicListener(RedelayActor):
         # sets it on every connect), so shutdown can find it in CLIENT LIST and unblock it. It
         # does not retry inside redis-py: the actor's own backoff does that.
         self.connection_name = listener_connection_name(consumer, topic)
-        self.blocking = dedicated_client(
-            store.client,
-            client_name=self.connection_name,
-            socket_timeout=block_timeout_s + 5.0,
-        )
+        # A sharded store's lists cannot be blocked on together: the process's notifier tells
+        # this listener Fetch when one fills, and a timer every block_timeout_s is the backstop.
+        self.notifier = notifier
+        self.backstop: Timer | None = None
+        self.blocking: redis.Redis | None = None
+        if notifier is None:
+            assert isinstance(store, Store), "a sharded store needs a ShardNotifier"
+            self.ready_key = store.keys.ready(topic)
+            self.blocking = dedicated_client(
+                store.client,
+                client_name=self.connection_name,
+                socket_timeout=block_timeout_s + 5.0,
+            )
 
     def started(self) -> None:
+        if self.notifier is not None:
+            self.notifier.watch_ready(self.topic, self.actor_ref)  # before the first look
         self._request_fetch()
 
     def on_stop(self) -> None:
         super().on_stop()
-        self.blocking.close()
+        self._close()
 
     def on_failure(self, *args: Any) -> None:
-        self.blocking.close()
+        self._close()
         super().on_failure(*args)
+
+    def _close(self) -> None:
+        if self.blocking is not None:
+            self.blocking.close()
+        if self.notifier is not None:
+            self.notifier.unwatch_ready(self.topic, self.actor_ref)
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Fetch):
@@ -113,6 +132,9 @@ class TopicListener(RedelayActor):
                 self.topic, min(self.free_slots, self.batch_max), self.consumer
             )
             self.leases += 1
+            if not leases and self.notifier is not None:
+                self._await_notice()
+                return
             if not leases:
                 self._wait_for_work()
         except redis.RedisError as exc:
@@ -140,10 +162,18 @@ class TopicListener(RedelayActor):
             log.warning("listener %s: release failed (%s); leases will expire", self.topic, exc)
 
     def _wait_for_work(self) -> None:
-        key = self.store.keys.ready(self.topic)
+        key = self.ready_key
         self.waits += 1
+        assert self.blocking is not None
         # redis-py types the timeout as int; Redis 6+ takes fractional seconds.
         self.blocking.blmove(key, key, self.block_timeout_s, "LEFT", "LEFT")  # type: ignore[arg-type]
+
+    def _await_notice(self) -> None:
+        self.waits += 1
+        self.backoff.reset()
+        if self.backstop is not None:
+            self.backstop.cancel()
+        self.backstop = self.tell_later(round(self.block_timeout_s * 1000), Fetch())
 
 
 def listener_connection_name(consumer: str, topic: str) -> str:

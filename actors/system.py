@@ -20,10 +20,12 @@ from ._actor import ask
 from ._messages import CurrentRefs, Health, SetListener, Stats, Supervise
 from .carrier import Carrier
 from .clock import Clock
+from .jobstore import JobStore
 from .listener import TopicListener
+from .notifier import ShardNotifier
 from .pool import ConsumerPool
+from .sharding import ShardedStore
 from .shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
-from .store import Store
 from .sweeper import RetrySweeper
 from .watchdog import Watchdog
 
@@ -54,7 +56,7 @@ class ActorSystem:
 
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         clock: Clock,
         handlers: list[HandlerSpec],
         settings: SystemSettings,
@@ -67,9 +69,15 @@ class ActorSystem:
         self.control_client = control_client  # for CLIENT UNBLOCK at shutdown
         self.watchdog: pykka.ActorRef[Any] | None = None
         self.coordinator: pykka.ActorRef[Any] | None = None
+        # Sharded: one pub/sub connection for every shard's wake and ready notices.
+        self.notifier: ShardNotifier | None = None
+        if isinstance(store, ShardedStore):
+            self.notifier = ShardNotifier(store.client, store.wake_channels, store.ready_channels)
 
     def start(self) -> None:
         s = self.settings
+        if self.notifier is not None:
+            self.notifier.start()  # subscribed before any actor looks at Redis
         self.watchdog = Watchdog.start(self.clock, interval_ms=s.watchdog_interval_ms)
         self.watchdog.ask(Supervise("carrier", self._carrier_factory))
         self.watchdog.ask(Supervise("sweeper", self._sweeper_factory))
@@ -78,7 +86,13 @@ class ActorSystem:
         self.coordinator = ShutdownCoordinator.start(self.watchdog, self.control_client, s.consumer)
 
     def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
-        ref = Carrier.start(self.store, self.clock, supervisor, batch=self.settings.carry_batch)
+        ref = Carrier.start(
+            self.store,
+            self.clock,
+            supervisor,
+            batch=self.settings.carry_batch,
+            notifier=self.notifier,
+        )
         return {"carrier": ref}
 
     def _sweeper_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
@@ -114,6 +128,7 @@ class ActorSystem:
                 consumer=s.consumer,
                 block_timeout_s=s.block_timeout_s,
                 batch_max=s.lease_batch_max,
+                notifier=self.notifier,
             )
             pool.tell(SetListener(listener))
             return {f"pool:{spec.topic}": pool, f"listener:{spec.topic}": listener}
@@ -165,4 +180,6 @@ class ActorSystem:
             self.coordinator.stop(block=True, timeout=0.2)
         self.coordinator = None
         self.watchdog = None
+        if self.notifier is not None:
+            self.notifier.stop()
         return report

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.errors import RedisServerNotFound
+from actors.sharding import shard_stores
 
 from . import chart, report
 from ._det_world import World
@@ -128,7 +129,8 @@ class Driver:
         for at in (w.clock.next_timer_ms(), w.hangs.next_release_ms()):
             if at is not None:
                 candidates.append(at)
-        earliest = w.admin.zrange(w.producer.store.keys.delayed, 0, 0, withscores=True)
+        (shard,) = shard_stores(w.producer.store)  # the simulator runs one shard
+        earliest = w.admin.zrange(shard.keys.delayed, 0, 0, withscores=True)
         if earliest and int(earliest[0][1]) > now:
             candidates.append(int(earliest[0][1]))
         if limit_ms is not None and now < limit_ms:

@@ -23,6 +23,7 @@ import redis
 from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry
 from actors._messages import Stats
 from actors.embedded import RedisProcess
+from actors.sharding import shard_stores
 
 from . import faults
 from .det_settings import DetSettings, TopicPlan
@@ -284,7 +285,8 @@ class World:
         """A fingerprint of everything that moves, and whether the system looks idle: no
         handler running but the hung ones, no ready job a pool has room for, no job due but
         not carried, and every carrier's timer set for the earliest delayed job."""
-        keys = self.producer.store.keys
+        (shard,) = shard_stores(self.producer.store)  # the simulator runs one shard
+        keys = shard.keys
         pipe = self.admin.pipeline(transaction=False)
         pipe.xlen(keys.audit)
         pipe.zrange(keys.delayed, 0, 0, withscores=True)

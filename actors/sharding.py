@@ -515,6 +515,14 @@ class ShardedStore:
         return sum(int(self.client.xlen(store.keys.audit)) for store in self.shards)
 
 
+def shard_stores(store: JobStore) -> list[Store]:
+    """The one-shard Stores behind ``store``, for code that reads a shard's keys directly."""
+    if isinstance(store, ShardedStore):
+        return list(store.shards)
+    assert isinstance(store, Store), f"not a redelay store: {type(store).__name__}"
+    return [store]
+
+
 def ready_channel(keys: ShardKeys) -> str:
     """The shard's pub/sub channel for ready notices (published by the scripts in lua/)."""
     return keys.prefix + "ready"

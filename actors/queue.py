@@ -21,6 +21,7 @@ from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 
 from . import _constants as c
 from . import validation
@@ -28,8 +29,10 @@ from .clock import Clock, RedisSyncedClock
 from .errors import ConfigError, ValidationError
 from .keys import split_member
 from .replay import history as replay_history
-from .store import AuditRetention, JobInfo, NewJob, Store, TopicConfig
+from .sharding import Durability, open_store, shard_stores
+from .store import AuditRetention, JobInfo, NewJob, TopicConfig
 from .system import ActorSystem, HandlerSpec, SystemSettings
+from .topology import RedisClient, connect
 
 log = logging.getLogger("actors.queue")
 
@@ -77,7 +80,7 @@ def _schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple
 class DelayQueue:
     def __init__(
         self,
-        redis_source: str | redis.Redis | None = None,
+        redis_source: str | redis.Redis | RedisCluster | None = None,
         namespace: str = "default",
         *,
         clock: Clock | None = None,
@@ -89,27 +92,31 @@ class DelayQueue:
         default_retry: Sequence[float | timedelta] | None = None,
         default_lease: float | timedelta = c.DEFAULT_LEASE_MS / 1000,
         producer_only: bool = False,
+        shards: int | None = None,
+        durability: Durability | None = None,
     ) -> None:
         self._embedded: Any = None
         if redis_source is None:
             from .embedded_default import start_embedded  # only needed without a URL
 
             self._embedded = start_embedded(Path(data_dir))
-            self.client = self._embedded.client()
-        elif isinstance(redis_source, str):
-            self.client = redis.Redis.from_url(redis_source)
-        else:
-            self.client = redis_source
+            self.client: RedisClient = self._embedded.client()
+        else:  # a URL (one server, a cluster, Sentinel) or a client: see actors.topology
+            self.client = connect(redis_source)
         self._owns_clock = clock is None
-        self.clock: Clock = clock or RedisSyncedClock(self.client)
+        # RedisSyncedClock only sends TIME, which a cluster client serves too.
+        self.clock: Clock = clock or RedisSyncedClock(self.client)  # type: ignore[arg-type]
         retry_ms = _schedule_ms(default_retry, "default_retry") or c.DEFAULT_RETRY_SCHEDULE_MS
         lease_ms = validation.lease_ms(
             _seconds(default_lease, "default_lease") * 1000, "default_lease"
         )
-        self.store = Store(
+        # Checks the namespace's stored shard count (ConfigError when it disagrees with shards).
+        self.store = open_store(
             self.client,
             namespace,
             self.clock,
+            shards=shards,
+            durability=durability,
             retention=retention,
             default_topic_config=TopicConfig(retry_ms, lease_ms),
         )
@@ -271,16 +278,17 @@ class DelayQueue:
         # The dead set is read in pages and changed in batches of at most BATCH_MAX_JOBS, so any
         # number of dead jobs is handled without one huge script call.
         keys: list[tuple[str, str]] = []
-        start = 0
-        while True:
-            page = self.client.zrange(self.store.keys.dead, start, start + c.BATCH_MAX_JOBS - 1)
-            if not page:
-                break
-            start += len(page)
-            for raw in page:
-                t, i = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
-                if topic is None or t == topic:
-                    keys.append((t, i))
+        for shard in shard_stores(self.store):
+            start = 0
+            while True:
+                page = self.client.zrange(shard.keys.dead, start, start + c.BATCH_MAX_JOBS - 1)
+                if not page:
+                    break
+                start += len(page)
+                for raw in page:
+                    t, i = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
+                    if topic is None or t == topic:
+                        keys.append((t, i))
         return sum(
             change(keys[n : n + c.BATCH_MAX_JOBS]) for n in range(0, len(keys), c.BATCH_MAX_JOBS)
         )
@@ -333,7 +341,11 @@ class DelayQueue:
                 ),
             )
         self._system = ActorSystem(
-            self.store, self.clock, list(self._handlers.values()), self.settings, self.client
+            self.store,
+            self.clock,
+            list(self._handlers.values()),
+            self.settings,
+            self.client,  # type: ignore[arg-type]  # CLIENT LIST/UNBLOCK work on a cluster too
         )
         self._stopped.clear()
         self._system.start()

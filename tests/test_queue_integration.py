@@ -20,7 +20,7 @@ from _processes import WorkerProcess, deliveries, produce
 
 from actors import DelayQueue, Job
 from actors.embedded import RedisProcess
-from actors.store import Store
+from actors.jobstore import JobStore
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 
@@ -185,5 +185,5 @@ def test_stopping_under_load_loses_nothing(
     assert sorted(acked) == ids and set(acked.values()) == {1}
 
 
-def audit(store: Store) -> list[dict[str, Any]]:
+def audit(store: JobStore) -> list[dict[str, Any]]:
     return [fields for _, fields in store.iter_audit()]

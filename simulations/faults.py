@@ -102,6 +102,7 @@ def abandon(queue: DelayQueue, admin: redis.Redis) -> list[str]:
     if system.coordinator is not None:
         system.coordinator.stop(block=False)
     queue._system = None
+    assert isinstance(queue.client, redis.Redis)  # the simulator runs on one server
     queue.client.connection_pool.disconnect()  # the process is gone: so are its connections
     return sorted(refs)
 

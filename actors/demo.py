@@ -29,6 +29,7 @@ from .job import Job
 from .keys import ShardKeys
 from .queue import DelayQueue
 from .replay import compare, fold
+from .topology import RedisClient
 
 TOPIC = "shop.order-timeout"
 DEMO_NAMESPACE = "demo"
@@ -175,7 +176,7 @@ class Ticker:
         self.thread.join(timeout=5)
 
 
-def clear_namespace(client: redis.Redis, namespace: str) -> int:
+def clear_namespace(client: RedisClient, namespace: str) -> int:
     """Deletes the demo's keys from an earlier run (only this namespace's)."""
     deleted = 0
     pattern = f"{c.KEY_ROOT}:{{{namespace}.*"

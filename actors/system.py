@@ -15,6 +15,7 @@ from typing import Any
 
 import pykka
 import redis
+from redis.cluster import RedisCluster
 
 from ._actor import ask
 from ._messages import CurrentRefs, Health, SetListener, Stats, Supervise
@@ -60,7 +61,7 @@ class ActorSystem:
         clock: Clock,
         handlers: list[HandlerSpec],
         settings: SystemSettings,
-        control_client: redis.Redis,
+        control_client: redis.Redis | RedisCluster,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -83,7 +84,15 @@ class ActorSystem:
         self.watchdog.ask(Supervise("sweeper", self._sweeper_factory))
         for spec in self.handlers:
             self.watchdog.ask(Supervise(f"topic:{spec.topic}", self._topic_factory(spec)))
-        self.coordinator = ShutdownCoordinator.start(self.watchdog, self.control_client, s.consumer)
+        self.coordinator = ShutdownCoordinator.start(self.watchdog, self._unblocker(), s.consumer)
+
+    def _unblocker(self) -> redis.Redis:
+        """The client shutdown uses for CLIENT UNBLOCK. On a cluster the listeners never block
+        (they wait for the notifier), so any one node's client will find nothing to unblock."""
+        if isinstance(self.control_client, RedisCluster):
+            node = self.control_client.get_default_node()  # type: ignore[no-untyped-call]
+            return self.control_client.get_redis_connection(node)
+        return self.control_client
 
     def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
         ref = Carrier.start(

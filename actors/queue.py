@@ -345,7 +345,7 @@ class DelayQueue:
             self.clock,
             list(self._handlers.values()),
             self.settings,
-            self.client,  # type: ignore[arg-type]  # CLIENT LIST/UNBLOCK work on a cluster too
+            self.client,
         )
         self._stopped.clear()
         self._system.start()

@@ -175,6 +175,7 @@ class AuditIndex:
         self.by_key: dict[Key, list[tuple[int, dict[str, str]]]] = defaultdict(list)
         self.lease_pos: dict[str, int] = {}
         self.lease_ms: dict[str, int] = {}
+        self.lease_by: dict[str, str] = {}
         self.reused_tokens: list[tuple[Key, str]] = []
         for pos, (_, fields) in enumerate(entries):
             key = (fields.get("t", ""), fields.get("i", ""))
@@ -185,6 +186,7 @@ class AuditIndex:
                     self.reused_tokens.append((key, token))
                 self.lease_pos[token] = pos
                 self.lease_ms[token] = int(fields.get("ms", 0))
+                self.lease_by[token] = fields.get("by", "")
 
     def first(self, key: Key, events: Iterable[str]) -> int | None:
         wanted = set(events)
@@ -448,20 +450,44 @@ def _explain(
             return "handler timeout"
         if event == "released":
             return "released at shutdown"
-        # An expired lease (or a death or cancel by expiry): name the faults that fired while
-        # the lease was held.
-        lease_ms = index.lease_ms[previous.token]
-        expired_ms = int(fields.get("ms", 0))
-        kinds = sorted({f.kind for f in faults if lease_ms - 1 <= f.at_ms <= expired_ms})
-        return "expired lease" + (f" ({', '.join(kinds)})" if kinds else " (no fault)")
+        return "expired lease after " + _expiry_cause(index, previous, fields, faults)
     return None
+
+
+def _expiry_cause(
+    index: AuditIndex, previous: RunRow, expired: dict[str, str], faults: Sequence[FaultRow]
+) -> str:
+    """The fault that most likely cost the lease: the last one that hit the consumer holding
+    it while it was held (a fault's detail starts with the consumer it hit), else the last
+    fault that hits every consumer, else none."""
+    held_from = index.lease_ms[previous.token] - 1
+    held_to = int(expired.get("ms", 0))
+    holder = index.lease_by.get(previous.token, "")
+    during = [f for f in faults if held_from <= f.at_ms <= held_to]
+    mine = [f for f in during if holder and f.detail.split(" ", 1)[0] == holder]
+    if mine:
+        return mine[-1].kind
+    shared = [f for f in during if f.kind in GLOBAL_FAULTS]
+    if shared:
+        return shared[-1].kind
+    return "no fault"
+
+
+# Faults that hit every consumer at once (the others name the consumer they hit first thing in
+# their detail).
+GLOBAL_FAULTS = frozenset({"connection_drop", "connection_kill", "clock_jump", "redis_restart"})
 
 
 # -- lateness ----------------------------------------------------------------------------------
 
 
+# Faults that touch only the job they happen to (and the slot it holds): they do not make the
+# deliveries around them "after a fault".
+_LOCAL_FAULTS = frozenset({"handler_hang", "handler_error"})
+
+
 def lateness(ev: Evidence) -> Lateness:
-    fault_times = sorted(f.at_ms for f in ev.ledger.faults)
+    fault_times = sorted(f.at_ms for f in ev.ledger.faults if f.kind not in _LOCAL_FAULTS)
     points: list[LatenessPoint] = []
     for run in ev.ledger.runs:
         late_ms = run.started_ms - run.due_ms

@@ -76,6 +76,8 @@ class DetSettings:
     restart_after_ms: tuple[int, int]
     clock_jump_ms: tuple[int, int]
     stop_grace_s: float  # real seconds a graceful worker stop may take
+    storm_ms: tuple[int, int] = (10 * MINUTE_MS, 30 * MINUTE_MS)
+    calm_ms: tuple[int, int] = (20 * MINUTE_MS, 40 * MINUTE_MS)
 
     @property
     def enabled_faults(self) -> list[str]:
@@ -137,7 +139,9 @@ class DetSettings:
                 f"handlers: error {h.error:.0%}, retry {h.retry:.0%}, hang {h.hang:.1%} "
                 f"({h.hang_ms[0]}-{h.hang_ms[1]}ms); {h.work_share:.0%} of runs take "
                 f"{h.work_ms[0]}-{h.work_ms[1]}ms",
-                f"faults: {faults or 'none'} ({self.busy_fault_share:.0%} while busy)",
+                f"faults: {faults or 'none'} ({self.busy_fault_share:.0%} while busy), in storms "
+                f"of {self.storm_ms[0] // MINUTE_MS}-{self.storm_ms[1] // MINUTE_MS}m between "
+                f"calm periods of {self.calm_ms[0] // MINUTE_MS}-{self.calm_ms[1] // MINUTE_MS}m",
                 f"steps {self.min_step_ms}-{self.max_step_ms}ms; sweep every "
                 f"{self.sweep_interval_ms}ms, watchdog every {self.watchdog_interval_ms}ms, "
                 f"pool check every {self.check_interval_ms}ms",

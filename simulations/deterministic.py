@@ -36,6 +36,7 @@ from ._det_world import World
 from ._user_app import load_app_handlers, load_bodies
 from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, Evidence, check_all
 from .det_settings import MODES, DetSettings, derive
+from .workload import fault_times, storms
 
 log = logging.getLogger("simulations.deterministic")
 
@@ -78,12 +79,12 @@ def plan(settings: DetSettings, start_ms: int) -> list[Planned]:
                 push(start_ms + cancel_at, "cancel", rng.random() < 0.5, (topic, job_id))
         push(start_ms + arrivals[n], "add", rng.random() < 0.5, batch)
         n += size
+    # Faults come in storms with calm periods between; within a storm at twice the mean rate.
+    periods = storms(rng, settings.duration_ms, settings.storm_ms, settings.calm_ms)
     for kind, interval_ms in sorted(settings.fault_interval_ms.items()):
-        at = rng.expovariate(1 / interval_ms)
-        while at < settings.duration_ms:
+        for at in fault_times(rng, periods, interval_ms / 2):
             busy = rng.random() < settings.busy_fault_share
             push(start_ms + int(at), kind, busy, rng.randrange(2**32))
-            at += rng.expovariate(1 / interval_ms)
     heapq.heapify(events)
     return events
 

@@ -106,3 +106,33 @@ def _span(ms: int) -> str:
     if ms < 3_600_000:
         return f"{ms / 60_000:g}m"
     return f"{ms / 3_600_000:g}h"
+
+
+Period = tuple[float, float]
+
+
+def storms(rng: random.Random, duration: float, storm: Period, calm: Period) -> list[Period]:
+    """Storms alternating with calm periods over ``duration``, a storm first; each lasts between
+    the bounds given for its kind. Faults fire only in storms, so the calm periods give a
+    lateness baseline to compare the storms with."""
+    found: list[Period] = []
+    at = 0.0
+    stormy = True
+    while at < duration:
+        length = rng.uniform(*(storm if stormy else calm))
+        if stormy:
+            found.append((at, min(duration, at + length)))
+        at += length
+        stormy = not stormy
+    return found
+
+
+def fault_times(rng: random.Random, periods: list[Period], mean_interval: float) -> list[float]:
+    """A Poisson process with the given mean interval, inside the given periods only."""
+    times: list[float] = []
+    for start, end in periods:
+        at = start + rng.expovariate(1 / mean_interval)
+        while at < end:
+            times.append(at)
+            at += rng.expovariate(1 / mean_interval)
+    return times

@@ -1,0 +1,403 @@
+"""Process chaos: real worker processes (``redelay worker``) and a producer adding jobs at a steady
+rate with mixed delays, while this driver SIGKILLs and SIGTERMs workers and restarts them, kills
+client connections on the Redis side, and restarts redis-server itself (append-only file,
+``appendfsync always``). Bounded in time; it stops by itself.
+
+    python -m simulations.chaos --seed 7 --duration 40           # CI-sized
+    python -m simulations.chaos --seed 7 --duration 600 --json   # a soak
+
+After ``--duration`` seconds the faults and the producer stop, every worker is brought back, and
+the run waits until every job is finished (or a drain limit passes); then the checkers read the
+ledger, the audit stream and the live state. The seed fixes the settings, the jobs and the fault
+schedule; real processes and real time do the rest, so two runs of a seed differ in detail.
+Exit codes: simulations.checkers.EXIT_CODES (docs/simulations.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import logging
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from actors import AuditRetention, DelayQueue, JobExistsError, SystemClock
+from actors.embedded import RedisProcess
+from actors.errors import RedisServerNotFound
+from actors.store import Store
+
+from . import chart, faults, report
+from ._processes import Workers
+from ._user_app import load_app_handlers, load_bodies
+from .chaos_settings import ChaosSettings, derive
+from .chaos_worker import DEFAULT_NAMESPACE
+from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, Evidence, check_all
+from .ledger import JobRow, Ledger
+from .workload import fault_times, storms
+
+log = logging.getLogger("simulations.chaos")
+
+# Clocks of different processes, each synced to Redis TIME on this host, agree to within this.
+EARLY_TOLERANCE_MS = 10
+_TICK_S = 0.05
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Producer(threading.Thread):
+    """Adds jobs at a steady rate and cancels some of them; writes both to the ledger. A job is
+    in the ledger once ``add`` returned for it; an add that fails (Redis down) is retried as is."""
+
+    def __init__(
+        self, settings: ChaosSettings, url: str, ledger: Ledger, body: Any, namespace: str
+    ) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.settings = settings
+        self.ledger = ledger
+        self.body = body
+        self.queue = DelayQueue(
+            url, namespace, retention=AuditRetention("NONE"), producer_only=True
+        )
+        self.rng = random.Random(f"{settings.seed}:producer")
+        self.stopping = threading.Event()
+        self.added = 0
+        self.cancels: list[tuple[float, str, str]] = []
+        self.add_replies_lost = 0
+        self.retries = 0
+
+    def run(self) -> None:
+        s = self.settings
+        owed = 0.0
+        n = 0
+        next_tick = time.monotonic()
+        while not self.stopping.is_set():
+            owed += s.rate_per_s * _TICK_S
+            count = int(owed)
+            owed -= count
+            if count:
+                batch = []
+                for _ in range(count):
+                    n += 1
+                    topic = self.rng.choice(s.topics).name
+                    batch.append((topic, f"c{n:07d}", s.delays.sample(self.rng)))
+                self._add(batch)
+            self._cancel_due()
+            next_tick += _TICK_S
+            self.stopping.wait(max(0.0, next_tick - time.monotonic()))
+        self.queue.close()
+
+    def _add(self, batch: list[tuple[str, str, int]]) -> None:
+        base = self.queue.clock.now_ms()
+        specs = [
+            {"topic": t, "id": i, "body": self.body(t, i), "at": (base + d) / 1000}
+            for t, i, d in batch
+        ]
+        while True:
+            try:
+                self.queue.add_many(specs)
+                break
+            except JobExistsError:
+                self.add_replies_lost += 1  # an earlier try went in; its reply was lost
+                break
+            except redis.RedisError:
+                self.retries += 1
+                if self.stopping.wait(0.1):
+                    return  # never added, so never owed: not in the ledger
+        self.ledger.add_jobs([JobRow(t, i, base + d, base) for t, i, d in batch])
+        self.added += len(batch)
+        for t, i, d in batch:
+            if self.rng.random() < self.settings.cancel_share:
+                at = time.monotonic() + self.rng.uniform(0, d / 1000 + 2.0)
+                heapq.heappush(self.cancels, (at, t, i))
+
+    def _cancel_due(self) -> None:
+        while self.cancels and self.cancels[0][0] <= time.monotonic():
+            _, topic, job_id = heapq.heappop(self.cancels)
+            try:
+                result = self.queue.store.cancel(topic, job_id)
+            except redis.RedisError:
+                continue  # Redis is down: this cancel is dropped (and never recorded)
+            self.ledger.cancel(topic, job_id, self.queue.clock.now_ms(), result)
+
+
+class Chaos:
+    def __init__(
+        self,
+        settings: ChaosSettings,
+        work: Path,
+        out: Path,
+        app: str | None,
+        bodies: str | None,
+        progress: report.Progress,
+    ) -> None:
+        self.settings = settings
+        self.progress = progress
+        self.rng = random.Random(f"{settings.seed}:faults")
+        self.redis = RedisProcess(
+            work / "redis", appendonly=True, appendfsync=settings.appendfsync
+        ).start()
+        self.admin = self.redis.client()
+        self.ledger = Ledger(work / "ledger.sqlite")
+        env = {
+            "REDELAY_SIM_URL": self.redis.url,
+            "REDELAY_SIM_LEDGER": str(work / "ledger.sqlite"),
+            "REDELAY_SIM_SETTINGS": settings.to_json(),
+        }
+        if app:
+            env["REDELAY_SIM_APP"] = app
+        self.workers = Workers(settings.workers, env, out / "workers", settings.stop_grace_s)
+        self.producer = Producer(
+            settings, self.redis.url, self.ledger, load_bodies(bodies), DEFAULT_NAMESPACE
+        )
+        self.store = Store(self.admin, DEFAULT_NAMESPACE, SystemClock())
+        self.started_ms = now_ms()
+        self.redis_down = False
+        self.drain_s = 0.0
+
+    def record(self, kind: str, detail: str) -> None:
+        self.ledger.fault(now_ms(), kind, detail)
+
+    def schedule(self) -> list[tuple[float, int, str]]:
+        # Storms with calm periods between, as in the deterministic simulator.
+        s = self.settings
+        periods = storms(self.rng, s.duration_s, s.storm_s, s.calm_s)
+        events: list[tuple[float, int, str]] = []
+        for n, (kind, mean_s) in enumerate(sorted(s.fault_interval_s.items())):
+            events += [(at, n, kind) for at in fault_times(self.rng, periods, mean_s / 2)]
+        heapq.heapify(events)
+        return events
+
+    def run(self) -> None:
+        s = self.settings
+        for name in self.workers.slots:
+            self.workers.start(name)
+        self.producer.start()
+        started = time.monotonic()
+        events = self.schedule()
+        while (elapsed := time.monotonic() - started) < s.duration_s:
+            while events and events[0][0] <= elapsed:
+                _, _, kind = heapq.heappop(events)
+                self.fire(kind)
+            self.workers.tend()
+            self.show(elapsed)
+            time.sleep(_TICK_S)  # the driver's own pace between fault checks
+        self.producer.stopping.set()
+        self.producer.join(timeout=30)
+        self.drain()
+
+    def fire(self, kind: str) -> None:
+        s = self.settings
+        if kind in ("worker_sigkill", "worker_sigterm"):
+            alive = self.workers.alive()
+            if not alive:
+                return
+            name = self.rng.choice(alive)
+            consumer = self.workers.consumer(name)
+            signum = signal.SIGKILL if kind == "worker_sigkill" else signal.SIGTERM
+            self.workers.signal(name, signum, self.rng.uniform(*s.restart_after_s))
+            self.record(kind, f"{consumer}")
+        elif kind == "connection_kill":
+            variant = self.rng.choice(["normal", "pubsub", "one"])
+            try:
+                self.record(kind, faults.kill_connections(self.admin, variant, self.rng))
+            except redis.RedisError as exc:
+                log.warning("CLIENT KILL failed: %s", exc)
+        elif kind == "redis_restart":
+            down_s = self.rng.uniform(*s.redis_down_s)
+            self.record(kind, f"SIGKILL, down {down_s:.2f}s")
+            self.redis_down = True
+            self.redis.kill()
+            time.sleep(down_s)  # Redis stays down this long: part of the fault
+            self.redis.start()
+            self.redis_down = False
+
+    def drain(self) -> None:
+        """Brings every worker back and waits until no job is delayed, ready or leased."""
+        self.workers.start_missing()
+        started = time.monotonic()
+        deadline = started + self.settings.drain_limit_s
+        while time.monotonic() < deadline:
+            self.workers.tend()
+            try:
+                pending = sum(
+                    c["delayed"] + c["ready"] + c["leased"] for c in self.store.stats().values()
+                )
+            except redis.RedisError:
+                pending = -1
+            if pending == 0:
+                break
+            self.progress.update(f"[chaos seed {self.settings.seed}] draining: {pending} pending")
+            time.sleep(0.25)  # waiting for the workers to finish, bounded by the deadline
+        self.drain_s = time.monotonic() - started
+        self.progress.done()
+        self.workers.stop_all(timeout_s=self.settings.stop_grace_s + 10)
+
+    def show(self, elapsed: float) -> None:
+        counts = self.ledger.counts()
+        self.progress.update(
+            f"[chaos seed {self.settings.seed}] {elapsed:5.1f}/{self.settings.duration_s:g} s "
+            f"jobs {counts['jobs']} runs {counts['runs']} faults {counts['faults']} workers "
+            f"{len(self.workers.alive())}/{self.settings.workers} redis "
+            f"{'down' if self.redis_down else 'up'}"
+        )
+
+    def evidence(self) -> Evidence:
+        return Evidence(
+            ledger=self.ledger.read(),
+            audit=list(self.store.iter_audit()),
+            live=self.store.snapshot(),
+            early_tolerance_ms=EARLY_TOLERANCE_MS,
+            fault_window_ms=self.settings.fault_window_ms,
+            calm_p99_bound_ms=None,
+        )
+
+    def close(self) -> None:
+        self.producer.stopping.set()
+        self.workers.kill_all()
+        self.ledger.close()
+        self.redis.kill()
+
+
+def reproduce_command(args: argparse.Namespace, seed: int) -> str:
+    parts = [f"python -m simulations.chaos --seed {seed} --duration {args.duration:g}"]
+    if args.appendfsync != "always":
+        parts.append(f"--appendfsync {args.appendfsync}")
+    if args.app:
+        parts.append(f"--app {args.app}")
+    if args.bodies:
+        parts.append(f"--bodies {args.bodies}")
+    if args.max_calm_p99_ms is not None:
+        parts.append(f"--max-calm-p99-ms {args.max_calm_p99_ms}")
+    return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
+    settings = derive(seed, args.duration, args.appendfsync)
+    if args.app:
+        _, topics = load_app_handlers(args.app)
+        settings = settings.with_topics(topics)
+    out = Path(args.out) / f"chaos-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[logging.FileHandler(out / "simulation.log", mode="w")],
+        force=True,
+    )
+    command = reproduce_command(args, seed)
+    print(f"{settings.describe()}\nreproduce with: {command}", file=sys.stderr)
+    work = Path(tempfile.mkdtemp(prefix="redelay-chaos-"))
+    progress = report.Progress()
+    real_start = time.monotonic()
+    chaos = Chaos(settings, work, out, args.app, args.bodies, progress)
+    try:
+        chaos.run()
+        evidence = chaos.evidence()
+        producer = chaos.producer
+        notes = {
+            "time": f"{time.monotonic() - real_start:.1f} s ({settings.duration_s:g} s of chaos, "
+            f"{chaos.drain_s:.1f} s to drain)",
+            "producer": f"{producer.added} jobs added, {producer.retries} add retries while "
+            f"Redis was away, {producer.add_replies_lost} add replies lost",
+            "workers that exited by themselves (restarted)": chaos.workers.unexpected_exits,
+            "worker command": " ".join(chaos.workers.command[1:]),
+        }
+    finally:
+        chaos.close()
+    shutil.copy(work / "ledger.sqlite", out / "ledger.sqlite")
+    shutil.rmtree(work, ignore_errors=True)
+    evidence = replace(evidence, calm_p99_bound_ms=args.max_calm_p99_ms)
+    verdict = check_all(evidence)
+    notes["chart"] = chart.draw(
+        verdict.lateness.points,
+        evidence.ledger.faults,
+        chaos.started_ms,
+        out / "lateness.png",
+        f"process chaos, seed {seed}: lateness by due time",
+        time_unit="s",
+    )
+    notes["ledger"] = str(out / "ledger.sqlite")
+    summary = report.build(
+        "chaos",
+        seed,
+        command,
+        settings.as_dict(),
+        verdict,
+        evidence.ledger,
+        {"notes": notes},
+    )
+    report.save(summary, out / "summary.json")
+    report.emit(summary, args.json)
+    return int(summary["exit_code"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulations.chaos",
+        description="Runs redelay worker processes under process, connection and Redis faults.",
+        epilog="Exit codes: 0 ok, 10 early, 11 cancelled_delivered, 12 after_ack, "
+        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 1 simulator "
+        "error, 2 usage, 3 no redis-server. See docs/simulations.md.",
+    )
+    parser.add_argument("--seed", type=int, help="the run's seed (default: a random one)")
+    parser.add_argument(
+        "--duration", type=float, default=40.0, help="seconds of chaos before the drain (40)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--appendfsync",
+        choices=["always", "everysec", "no"],
+        default="always",
+        help="Redis fsync policy (default always; the others can lose acknowledged writes)",
+    )
+    parser.add_argument(
+        "--max-calm-p99-ms",
+        type=int,
+        help="fail (exit 17) when calm-period lateness p99 is over this many ms",
+    )
+    parser.add_argument(
+        "--app", metavar="MODULE:ATTR", help="your handlers (see docs/simulations.md)"
+    )
+    parser.add_argument("--bodies", metavar="MODULE:FUNC", help="FUNC(topic, id) -> job body")
+    parser.add_argument(
+        "--out", default="simulations/out", help="where artefacts go (simulations/out)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.duration <= 0:
+        print("simulation: --duration must be positive", file=sys.stderr)
+        return 2
+    try:
+        return run(args)
+    except RedisServerNotFound as exc:
+        print(f"simulation: {exc}", file=sys.stderr)
+        return EXIT_NO_REDIS
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print("simulation: the simulator itself failed (exit 1)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Every setting of a process-chaos run, derived from its seed and duration (printed at start).
+
+The worker processes receive the settings as JSON in an environment variable, so the driver and
+the workers agree without deriving twice.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .det_settings import TopicPlan
+from .workload import DelayMix, HandlerMix
+
+# Fault kinds of the chaos simulator (handler faults happen inside the workers).
+FAULT_KINDS = (
+    "worker_sigkill",  # SIGKILL a worker process; restarted later
+    "worker_sigterm",  # SIGTERM a worker process (graceful stop); restarted later
+    "connection_kill",  # CLIENT KILL on the server: every normal connection, pub/sub, or one
+    "redis_restart",  # SIGKILL redis-server and start it again on its append-only file
+    "handler_error",  # a handler raises (counted from the runs)
+    "handler_hang",  # a handler sleeps past its timeout
+)
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    seed: int
+    duration_s: float  # jobs are added and faults fire for this long; then the drain
+    workers: int
+    topics: tuple[TopicPlan, ...]
+    rate_per_s: float
+    delays: DelayMix
+    handler: HandlerMix
+    cancel_share: float
+    fault_interval_s: dict[str, float]  # scheduled fault kind -> mean seconds between
+    restart_after_s: tuple[float, float]
+    redis_down_s: tuple[float, float]
+    sweep_interval_s: float
+    watchdog_interval_s: float
+    stop_grace_s: float
+    appendfsync: str
+    drain_limit_s: float
+    storm_s: tuple[float, float] = (4.0, 8.0)
+    calm_s: tuple[float, float] = (10.0, 15.0)
+
+    @property
+    def fault_window_ms(self) -> int:
+        """A delivery this long after a fault still counts as after it: a lease to expire and
+        be swept, a worker restart (a Python start takes most of a second), Redis coming back."""
+        lease = max(t.lease_ms for t in self.topics)
+        return int(
+            lease
+            + 1000 * self.sweep_interval_s
+            + 1000 * self.restart_after_s[1]
+            + 1000 * self.redis_down_s[1]
+            + 2_000
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> ChaosSettings:
+        raw: dict[str, Any] = json.loads(text)
+        h: dict[str, Any] = raw["handler"]
+        return cls(
+            seed=raw["seed"],
+            duration_s=raw["duration_s"],
+            workers=raw["workers"],
+            topics=tuple(_topic_from(t) for t in raw["topics"]),
+            rate_per_s=raw["rate_per_s"],
+            delays=DelayMix(tuple((float(w), int(lo), int(hi)) for w, lo, hi in raw["delays"])),
+            handler=HandlerMix(
+                error=h["error"],
+                retry=h["retry"],
+                hang=h["hang"],
+                hang_ms=_pair(h["hang_ms"]),
+                retry_ms=_pair(h["retry_ms"]),
+                work_ms=_pair(h["work_ms"]),
+                work_share=h["work_share"],
+            ),
+            cancel_share=raw["cancel_share"],
+            fault_interval_s=raw["fault_interval_s"],
+            restart_after_s=(raw["restart_after_s"][0], raw["restart_after_s"][1]),
+            redis_down_s=(raw["redis_down_s"][0], raw["redis_down_s"][1]),
+            sweep_interval_s=raw["sweep_interval_s"],
+            watchdog_interval_s=raw["watchdog_interval_s"],
+            stop_grace_s=raw["stop_grace_s"],
+            appendfsync=raw["appendfsync"],
+            drain_limit_s=raw["drain_limit_s"],
+            storm_s=(raw["storm_s"][0], raw["storm_s"][1]),
+            calm_s=(raw["calm_s"][0], raw["calm_s"][1]),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        found = asdict(self)
+        found["delays"] = [list(r) for r in self.delays.ranges]
+        found["handler"] = self.handler.as_dict()
+        return found
+
+    def with_topics(self, topics: tuple[TopicPlan, ...]) -> ChaosSettings:
+        timeouts = [t.timeout_ms for t in topics]
+        handler = replace(self.handler, hang_ms=(min(timeouts) + 200, min(timeouts) + 2_000))
+        return replace(self, topics=topics, handler=handler)
+
+    def describe(self) -> str:
+        topics = "; ".join(
+            f"{t.name} (concurrency {t.concurrency}, timeout {t.timeout_ms}ms, lease "
+            f"{t.lease_ms}ms, retry {list(t.retry_ms)})"
+            for t in self.topics
+        )
+        faults = ", ".join(f"{k} every ~{s:.1f}s" for k, s in self.fault_interval_s.items())
+        h = self.handler
+        return "\n".join(
+            [
+                f"seed {self.seed}: {self.duration_s:g} s of chaos, {self.workers} worker "
+                f"processes, {self.rate_per_s:.0f} jobs/s",
+                f"topics: {topics}",
+                f"delays: {self.delays.describe()}; cancel {self.cancel_share:.0%} of jobs",
+                f"handlers: {h.work_ms[0]}-{h.work_ms[1]}ms of work, error {h.error:.0%}, retry "
+                f"{h.retry:.0%}, hang {h.hang:.1%} ({h.hang_ms[0]}-{h.hang_ms[1]}ms)",
+                f"faults: {faults}, in storms of {self.storm_s[0]:g}-{self.storm_s[1]:g}s "
+                f"between calm periods of {self.calm_s[0]:g}-{self.calm_s[1]:g}s",
+                f"workers back after {self.restart_after_s[0]:g}-"
+                f"{self.restart_after_s[1]:.1f}s, redis down {self.redis_down_s[0]:g}-"
+                f"{self.redis_down_s[1]:.1f}s (appendfsync {self.appendfsync})",
+                f"sweep every {self.sweep_interval_s:g}s, watchdog every "
+                f"{self.watchdog_interval_s:g}s, SIGTERM grace {self.stop_grace_s:g}s",
+            ]
+        )
+
+
+def derive(seed: int, duration_s: float, appendfsync: str = "always") -> ChaosSettings:
+    rng = random.Random(f"{seed}:chaos")
+    topics = tuple(_topic(rng, name) for name in ["orders", "emails"][: rng.randint(1, 2)])
+    timeout = min(t.timeout_ms for t in topics)
+    max_delay_ms = int(min(15_000, duration_s * 1000 / 3))
+    handler = HandlerMix(
+        error=rng.uniform(0.05, 0.15),
+        retry=rng.uniform(0.0, 0.03),
+        hang=rng.uniform(0.003, 0.01),
+        hang_ms=(timeout + 200, timeout + 2_000),
+        retry_ms=(0, 1_000),
+        work_ms=(1, 40),
+        work_share=0.8,
+    )
+    retry_total_ms = max(sum(t.retry_ms) for t in topics)
+    lease_ms = max(t.lease_ms for t in topics)
+    return ChaosSettings(
+        seed=seed,
+        duration_s=duration_s,
+        workers=rng.randint(2, 3),
+        topics=topics,
+        rate_per_s=rng.uniform(15, 40),
+        delays=DelayMix(
+            (
+                (rng.uniform(0.2, 0.4), 0, 0),
+                (rng.uniform(0.3, 0.5), 10, 2_000),
+                (rng.uniform(0.1, 0.3), 2_000, max(2_001, max_delay_ms)),
+            )
+        ),
+        handler=handler,
+        cancel_share=rng.uniform(0.03, 0.08),
+        fault_interval_s={
+            "worker_sigkill": rng.uniform(4, 8),
+            "worker_sigterm": rng.uniform(4, 8),
+            "connection_kill": rng.uniform(3, 6),
+            "redis_restart": rng.uniform(10, 20),
+        },
+        restart_after_s=(0.2, rng.uniform(1.0, 3.0)),
+        redis_down_s=(0.0, rng.uniform(0.5, 2.0)),
+        sweep_interval_s=rng.choice([0.5, 1.0]),
+        watchdog_interval_s=5.0,
+        stop_grace_s=rng.choice([1.0, 3.0]),
+        appendfsync=appendfsync,
+        drain_limit_s=60 + (max_delay_ms + retry_total_ms + 5 * lease_ms) / 1000,
+    )
+
+
+def _pair(values: list[int]) -> tuple[int, int]:
+    return (int(values[0]), int(values[1]))
+
+
+def _topic_from(raw: dict[str, Any]) -> TopicPlan:
+    return TopicPlan(
+        raw["name"], raw["concurrency"], raw["timeout_ms"], raw["lease_ms"], tuple(raw["retry_ms"])
+    )
+
+
+def _topic(rng: random.Random, name: str) -> TopicPlan:
+    timeout = rng.choice([1_000, 2_000])
+    return TopicPlan(
+        name=name,
+        concurrency=rng.randint(2, 8),
+        timeout_ms=timeout,
+        lease_ms=2 * timeout,
+        retry_ms=tuple(rng.choice([100, 500, 1_000]) for _ in range(rng.randint(2, 4))),
+    )

@@ -1,0 +1,183 @@
+"""The DelayQueue's actors on a sharded namespace on Redis Cluster, and through a Sentinel
+failover: jobs keep flowing, nothing confirmed is lost, nothing runs early, the audit replays."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from _actor_support import stop_actors, wait_for  # noqa: F401  (fixture)
+from cluster import cluster, fresh_cluster, sentinel_setup  # noqa: F401  (fixtures)
+from redis.crc import key_slot
+
+from actors import DelayQueue, Job
+from actors.replay import compare, fold
+from actors.sharding import Durability, ShardedStore
+from simulations.local_redis import LocalCluster, LocalSentinel
+
+pytestmark = pytest.mark.usefixtures("stop_actors")
+
+TOPIC = "t"
+SHARDS = 6
+
+
+class Recorder:
+    """Per job id, the times (ms) its handler started, and how early any start was."""
+
+    def __init__(self, queue: DelayQueue) -> None:
+        self.queue = queue
+        self.started: dict[str, list[int]] = {}
+        self.early: list[str] = []
+        self.lock = threading.Lock()
+
+    def record(self, job: Job) -> None:
+        now = self.queue.clock.now_ms()
+        with self.lock:
+            self.started.setdefault(job.id, []).append(now)
+            if now < job.due_ms:
+                self.early.append(f"{job.id} started at {now}, due {job.due_ms}")
+
+    def done(self) -> set[str]:
+        with self.lock:
+            return set(self.started)
+
+
+def worker(url: str, namespace: str, **kwargs: object) -> tuple[DelayQueue, Recorder]:
+    queue = DelayQueue(
+        url,
+        namespace,
+        sweep_interval_s=0.2,
+        watchdog_interval_s=1.0,
+        default_lease=1.0,
+        default_retry=[0.1] * 20,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    recorder = Recorder(queue)
+    queue.handler(TOPIC, concurrency=8, timeout=0.4)(recorder.record)
+    return queue, recorder
+
+
+def produce(producer: DelayQueue, ids: list[str], max_delay_s: float, seed: int) -> list[str]:
+    """Adds the jobs one by one; returns those whose durable add was confirmed."""
+    rng = random.Random(seed)
+    confirmed = []
+    for job_id in ids:
+        try:
+            producer.add(TOPIC, job_id, job_id, delay=rng.uniform(0, max_delay_s))
+            confirmed.append(job_id)
+        except Exception:  # the failover: outcome unknown, not counted as confirmed
+            time.sleep(0.05)
+    return confirmed
+
+
+def check(queue: DelayQueue, recorder: Recorder, confirmed: list[str]) -> None:
+    wait_for(lambda: set(confirmed) <= recorder.done(), "every confirmed job to run", 40)
+    assert recorder.early == []
+    replay = fold(queue.store.iter_audit())
+    assert replay.anomalies == []
+    assert compare(replay, queue.store.snapshot()) == []
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[DelayQueue]]:
+    queues: list[DelayQueue] = []
+    yield queues
+    for q in queues:
+        q.stop(grace=1)
+
+
+def clients_per_node(cluster: LocalCluster) -> dict[int, int]:  # noqa: F811
+    found = {}
+    for port in cluster.master_ports():
+        with cluster.node_by_port(port).client() as client:
+            found[port] = int(client.info("clients")["connected_clients"]) - 1  # minus us
+    return found
+
+
+def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
+    cluster: LocalCluster,  # noqa: F811
+    cleanup: list[DelayQueue],
+) -> None:
+    cluster.flushall()
+    before = clients_per_node(cluster)
+    queue, recorder = worker(cluster.url(), "shop", shards=SHARDS)
+    cleanup.append(queue)
+    assert isinstance(queue.store, ShardedStore) and queue.store.shard_count == SHARDS
+    queue.start()
+    ids = [f"order-{n}" for n in range(300)]
+    queue.add_many([{"topic": TOPIC, "id": i, "delay": n % 30 / 100} for n, i in enumerate(ids)])
+    check(queue, recorder, ids)
+    assert all(len(times) == 1 for times in recorder.started.values())  # nothing failed
+    assert queue.stats()[TOPIC] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
+    opened = {p: clients_per_node(cluster)[p] - before[p] for p in before}
+    # One pool per node, used by a handful of actor threads, and one pub/sub connection in all.
+    assert sum(opened.values()) <= 3 * 6 + 1, opened
+    print(f"connections opened per master by one worker process: {opened}")
+
+
+def test_a_cluster_master_killed_while_the_actors_work(
+    fresh_cluster: LocalCluster,  # noqa: F811
+    cleanup: list[DelayQueue],
+) -> None:
+    queue, recorder = worker(fresh_cluster.url(), "shop", shards=SHARDS)
+    producer = DelayQueue(
+        fresh_cluster.url(),
+        "shop",
+        producer_only=True,
+        durability=Durability(replicas=1, timeout_ms=2_000),
+    )
+    cleanup += [queue, producer]
+    queue.start()
+    ids = [f"order-{n}" for n in range(240)]
+    confirmed: list[str] = []
+    thread = threading.Thread(
+        target=lambda: confirmed.extend(produce(producer, ids, 1.0, seed=3)), daemon=True
+    )
+    thread.start()
+    wait_for(lambda: len(recorder.done()) >= 40, "jobs to be flowing")
+    assert isinstance(queue.store, ShardedStore)
+    victim = fresh_cluster.master_of_slot(key_slot(queue.store.shards[0].keys.jobs.encode()))
+    fresh_cluster.node_by_port(victim).kill()
+    fresh_cluster.wait_healthy()
+    fresh_cluster.node_by_port(victim).start()  # back as the new master's replica
+    fresh_cluster.wait_healthy()
+    thread.join(timeout=60)
+    assert len(confirmed) >= len(ids) // 2
+    check(queue, recorder, confirmed)
+    assert queue.health() and all(unit["alive"] for unit in queue.health().values())
+
+
+def test_the_actors_carry_on_through_a_sentinel_failover(
+    sentinel_setup: LocalSentinel,  # noqa: F811
+    cleanup: list[DelayQueue],
+) -> None:
+    url = sentinel_setup.url()
+    queue, recorder = worker(url, "shop")  # one shard: blocking listeners, the wake subscriber
+    producer = DelayQueue(
+        url, "shop", producer_only=True, durability=Durability(replicas=1, timeout_ms=2_000)
+    )
+    cleanup += [queue, producer]
+    queue.start()
+    ids = [f"order-{n}" for n in range(200)]
+    confirmed: list[str] = []
+    thread = threading.Thread(
+        target=lambda: confirmed.extend(produce(producer, ids, 1.0, seed=5)), daemon=True
+    )
+    thread.start()
+    wait_for(lambda: len(recorder.done()) >= 40, "jobs to be flowing")
+    old = sentinel_setup.master_port()
+    sentinel_setup.server_by_port(old).kill()
+    sentinel_setup.wait_for_new_master(old)
+    sentinel_setup.server_by_port(old).start()  # the sentinels make it the new replica
+    sentinel_setup.wait_for_replica(old)
+    thread.join(timeout=60)
+    assert len(confirmed) >= len(ids) // 2
+    check(queue, recorder, confirmed)
+    assert all(unit["alive"] for unit in queue.health().values())
+    client = queue.client
+    assert isinstance(client, redis.Redis)
+    assert client.info("server")["tcp_port"] != old  # the actors' client follows the master

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from functools import partial
@@ -28,18 +27,15 @@ import redis
 from . import _constants as c
 from ._actor import RedelayActor
 from ._backoff import Backoff
+from ._handlers import Handler, Outcome, call_async, call_sync
 from ._messages import CheckRunning, Drain, Finished, Flush, Run, SetListener, SlotsFreed, Stats
 from ._workers import EventLoopThread, Task, WorkerThreads
 from .clock import Clock
 from .errors import ErrorCode
-from .job import Job, Retry
 from .jobstore import JobStore
 from .store import Lease
 
 log = logging.getLogger("actors.pool")
-
-Handler = Callable[[Job], Any]
-Outcome = tuple[bool, str, int | None]  # ok, detail or reason, retry_after_ms
 
 
 @dataclass(slots=True)
@@ -162,30 +158,16 @@ class ConsumerPool(RedelayActor):
 
     def _call_sync(self, lease: Lease) -> None:
         """Runs on a worker thread."""
-        try:
-            job = Job.from_lease(lease)  # a body that is not JSON fails this attempt
-            result = self.handler(job)
-        except Retry as retry:
-            self._report(lease, (False, retry.reason, retry.after_ms))
-        except BaseException as exc:  # even SystemExit: the thread and its slot live on
-            self._report(lease, (False, _describe(exc), None))
-        else:
-            self._report(lease, (True, result if isinstance(result, str) else "", None))
+        self._report(lease, call_sync(self.handler, lease))
 
     async def _call_async(self, lease: Lease) -> None:
         """Runs on the pool's event loop."""
-        outcome: Outcome
         try:
-            result = await self.handler(Job.from_lease(lease))
-            outcome = (True, result if isinstance(result, str) else "", None)
-        except Retry as retry:
-            outcome = (False, retry.reason, retry.after_ms)
+            outcome = await call_async(self.handler, lease)
         except asyncio.CancelledError:
             # Cancelled because it timed out: the report only frees its slot.
             self._report(lease, (False, "cancelled", None))
             raise
-        except Exception as exc:
-            outcome = (False, _describe(exc), None)
         self._report(lease, outcome)
 
     def _report(self, lease: Lease, outcome: Outcome) -> None:
@@ -334,7 +316,3 @@ class ConsumerPool(RedelayActor):
             return
         self.drained = True
         self.drain_future.set(len(self.running))
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[: c.REASON_MAX_CHARS]

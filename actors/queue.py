@@ -348,7 +348,12 @@ class DelayQueue:
             self.client,
         )
         self._stopped.clear()
-        self._system.start()
+        try:
+            self._system.start()
+        except BaseException:
+            self._system = None
+            self._stopped.set()
+            raise
         return self
 
     def stop(self, grace: float = 20.0) -> dict[str, Any]:

@@ -14,11 +14,13 @@ import pytest
 import redis
 from _actor_support import events, stats, stop_actors, wait_for  # noqa: F401
 
+from actors._handlers import Outcome
 from actors._messages import Run, SetListener
 from actors.clock import FakeClock
+from actors.embedded import RedisProcess
 from actors.job import Job, Retry
 from actors.listener import TopicListener
-from actors.pool import ConsumerPool, Outcome
+from actors.pool import ConsumerPool
 from actors.store import Lease, Store, TopicConfig
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
@@ -249,3 +251,27 @@ def test_a_handler_that_exits_does_not_end_its_thread(topic: Store, fake_clock: 
     pool.tell(Run(leased(topic, 2)))  # one thread: the second job needs the first's thread
     wait_for(lambda: stats(pool)["failed"] == 2, "both attempts failed")
     assert events(topic, "j1")[-1]["why"] == "SystemExit: 3"
+
+
+def test_acks_wait_out_a_redis_outage_and_are_sent_when_it_returns(
+    redis_factory: Callable[..., RedisProcess], fake_clock: FakeClock
+) -> None:
+    server = redis_factory(appendonly=True, appendfsync="always")
+    store = Store(redis.Redis.from_url(server.url), "test", fake_clock)
+    store.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=60_000))
+    gate = threading.Event()
+    pool = start_pool(store, fake_clock, lambda job: gate.wait(), lease_ms=60_000)
+    run(pool, leased(store, 3))
+
+    server.kill()
+    gate.set()  # all three return while Redis is away: the ack cannot be sent
+    wait_for(lambda: stats(pool)["running"] == 0, "the handlers finished")
+    assert stats(pool)["acked"] == 0
+    for _ in range(3):  # each retry waits longer, on the clock
+        fake_clock.advance(5_000)
+        stats(pool)
+    server.start()
+    fake_clock.advance(5_000)
+    wait_for(lambda: stats(pool)["acked"] == 3, "the acks after the outage")
+    assert store.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
+    assert pool.is_alive()

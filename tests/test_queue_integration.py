@@ -18,7 +18,7 @@ import redis
 from _actor_support import stop_actors, wait_for  # noqa: F401
 from _processes import WorkerProcess, deliveries, produce
 
-from actors import DelayQueue, Job
+from actors import ConfigError, DelayQueue, Job
 from actors.embedded import RedisProcess
 from actors.jobstore import JobStore
 
@@ -187,3 +187,14 @@ def test_stopping_under_load_loses_nothing(
 
 def audit(store: JobStore) -> list[dict[str, Any]]:
     return [fields for _, fields in store.iter_audit()]
+
+
+def test_a_producer_only_queue_refuses_to_start(redis_server: RedisProcess) -> None:
+    producer = DelayQueue(redis_server.url, namespace=NAMESPACE, producer_only=True)
+    try:
+        producer.add("t", "j", delay=60)
+        with pytest.raises(ConfigError, match="producer_only"):
+            producer.start()
+        assert producer.get("t", "j") is not None and not producer.running
+    finally:
+        producer.close()

@@ -12,10 +12,12 @@ import pykka
 import pytest
 from _actor_support import ready_ids, stats, stop_actors, wait_for  # noqa: F401
 
+from actors import DelayQueue
 from actors._actor import RedelayActor
 from actors._messages import Health, Run, Supervise, Wake
 from actors.carrier import Carrier
 from actors.clock import FakeClock
+from actors.embedded import RedisProcess
 from actors.keys import ShardKeys
 from actors.listener import TopicListener
 from actors.pool import ConsumerPool
@@ -146,3 +148,24 @@ def test_the_periodic_carry_finds_a_job_whose_wake_was_lost(
     assert stats(watchdog)["ticks"] == 1
     fake_clock.advance(60_000)
     wait_for(lambda: stats(watchdog)["ticks"] == 2, "the next tick")
+
+
+def test_the_facade_reports_a_restart_in_health(
+    redis_server: RedisProcess, fake_clock: FakeClock
+) -> None:
+    queue = DelayQueue(redis_server.url, namespace="test", clock=fake_clock)
+    queue.handler("t")(lambda job: None)
+    assert queue.health() == {}
+    queue.start()
+    try:
+        report = queue.health()
+        assert set(report) == {"watchdog", "carrier", "sweeper", "topic:t"}
+        assert all(unit["alive"] and unit["restarts"] == 0 for unit in report.values())
+        refs = queue._system.refs()  # type: ignore[union-attr]
+        refs["carrier"].tell(Wake("not a time"))  # type: ignore[arg-type]  # a bug: TypeError
+        wait_for(lambda: queue.health()["carrier"]["restarts"] == 1, "the restart in health()")
+        assert queue.health()["carrier"]["alive"]
+        assert "TypeError" in queue.health()["carrier"]["last_error"]
+    finally:
+        queue.stop(grace=1)
+    assert queue.health() == {}

@@ -203,6 +203,9 @@ class ConsumerPool(RedelayActor):
             self.actor_ref.tell(Flush())
 
     def _flush(self) -> None:
+        # The slots are free as soon as the handlers returned: tell the listener first, so its
+        # next lease and these acks are on the wire at the same time.
+        self._free_slots()
         try:
             while self.acks:
                 batch = self.acks[: c.BATCH_MAX_JOBS]
@@ -225,12 +228,9 @@ class ConsumerPool(RedelayActor):
             self.tell_later(wait_ms, Flush())
             return
         self.backoff.reset()
-        self._free_slots()
         self._maybe_idle()
 
     def _free_slots(self) -> None:
-        # Slots are given back after the flush, so the listener never leases more jobs than
-        # this process has finished with in Redis.
         if self.slots_to_free and self.listener is not None and self.drain_future is None:
             with contextlib.suppress(pykka.ActorDeadError):  # stopping with its unit
                 self.listener.tell(SlotsFreed(self.slots_to_free))

@@ -16,7 +16,6 @@ from typing import Any
 
 import pykka
 import pytest
-import redis
 from _actor_support import (  # noqa: F401
     blocked_clients,
     events,
@@ -61,9 +60,11 @@ def gate() -> Iterator[threading.Event]:
 
 
 def test_stop_unblocks_a_listener_waiting_on_redis_at_once(
-    redis_server: RedisProcess, redis_client: redis.Redis, fake_clock: FakeClock
+    redis_factory: Callable[..., RedisProcess], fake_clock: FakeClock
 ) -> None:
-    queue = make_queue(redis_server.url, fake_clock)
+    server = redis_factory()  # its own server: every connection on it is this test's
+    redis_client = server.client()
+    queue = make_queue(server.url, fake_clock)
     queue.handler("t")(lambda job: None)
     queue.start()
     wait_for(lambda: blocked_clients(redis_client) == 1, "the listener blocked in BLMOVE")

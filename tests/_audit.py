@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.store import Store, _s
+from actors.store import Snapshot, Store
 
 Entry = tuple[str, dict[str, str]]
 
@@ -31,48 +31,20 @@ class AuditCursor:
         return entries[0][1]
 
 
-def structure_problems(store: Store) -> list[str]:
-    """Members that sit in no structure or in more than one, and counters that disagree.
-
-    Store.snapshot() picks one state per job; this looks at every key, so a job that is both in
-    a ready list and in the leased set (say) shows up here.
-    """
-    k = store.keys
-    client = store.client
-    jobs = {_s(m) for m in client.hkeys(k.jobs)}
-    places: dict[str, list[str]] = {m: [] for m in jobs}
-    problems: list[str] = []
-
-    def put(member: str, where: str) -> None:
-        if member not in places:
-            problems.append(f"{member} is in {where} but has no record")
-            return
-        places[member].append(where)
-
-    for m in client.zrange(k.delayed, 0, -1):
-        put(_s(m), "delayed")
-    for m in client.zrange(k.leased, 0, -1):
-        put(_s(m), "leased")
-    for m in client.zrange(k.dead, 0, -1):
-        put(_s(m), "dead")
-    topics = sorted(_s(t) for t in client.hkeys(k.topics))
-    for topic in topics:
-        for m in client.lrange(k.ready(topic), 0, -1):
-            put(_s(m), f"ready:{topic}")
-    for member, where in places.items():
-        if len(where) != 1:
-            problems.append(f"{member} is in {where or 'nothing'}")
-    leased = {_s(m) for m in client.zrange(k.leased, 0, -1)}
-    tokens = {_s(m) for m in client.hkeys(k.tokens)}
-    if leased != tokens:
-        problems.append(f"leased set {sorted(leased)} != tokens hash {sorted(tokens)}")
+def structure_problems(store: Store, snapshot: Snapshot | None = None) -> list[str]:
+    """Jobs in two structures or none, members without records, tokens without leases (from
+    Store.snapshot), and stats counters that disagree with where the jobs really are."""
+    if snapshot is None:
+        snapshot = store.snapshot()
+    problems = [
+        f"{topic}/{job_id} {text}"
+        for (topic, job_id), texts in sorted(snapshot.problems.items())
+        for text in texts
+    ]
     truth: dict[str, dict[str, int]] = {}
-    for member, where in places.items():
-        if len(where) == 1:
-            state = where[0].split(":", 1)[0]
-            topic = member.split("|", 1)[0]
-            per = truth.setdefault(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
-            per[state] += 1
+    for (topic, _), info in snapshot.jobs.items():
+        per = truth.setdefault(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
+        per[info.state] += 1
     for topic, counts in store.stats().items():
         expected = truth.get(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
         if counts != expected:

@@ -21,18 +21,21 @@ from actors.embedded import RedisProcess, embedded_binary, find_redis_server
 from actors.errors import RedisServerNotFound
 from actors.store import Store
 
+# "ci": a fixed seed (derandomize) and enough runs that the stateful test reaches dead jobs,
+# requeues and expiries on every binary; about half a minute per binary on 2 cores.
 settings.register_profile(
     "ci",
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=300,
+    stateful_step_count=80,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# "slow" (HYPOTHESIS_PROFILE=slow): random seeds, ten times the runs, longer programs.
 settings.register_profile(
     "slow",
-    max_examples=2_000,
-    stateful_step_count=80,
+    max_examples=3_000,
+    stateful_step_count=120,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -79,8 +79,10 @@ class ActorSystem:
         """Starts the watchdog, which builds every other actor. If building one fails, what was
         started is stopped again and the error is raised."""
         s = self.settings
+        if self.notifier is not None:
+            self.notifier.start()  # subscribed before any actor looks at Redis
         self.watchdog = Watchdog.start(self.clock, interval_ms=s.watchdog_interval_ms)
-        self.coordinator = ShutdownCoordinator.start(self.watchdog, self.control_client, s.consumer)
+        self.coordinator = ShutdownCoordinator.start(self.watchdog, self._unblocker(), s.consumer)
         try:
             self.watchdog.ask(Supervise("carrier", self._carrier_factory))
             self.watchdog.ask(Supervise("sweeper", self._sweeper_factory))
@@ -89,6 +91,14 @@ class ActorSystem:
         except BaseException:
             self.stop(0)
             raise
+
+    def _unblocker(self) -> redis.Redis:
+        """The client shutdown uses for CLIENT UNBLOCK. On a cluster the listeners never block
+        (they wait for the notifier), so any one node's client will find nothing to unblock."""
+        if isinstance(self.control_client, RedisCluster):
+            node = self.control_client.get_default_node()  # type: ignore[no-untyped-call]
+            return self.control_client.get_redis_connection(node)
+        return self.control_client
 
     def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
         ref = Carrier.start(

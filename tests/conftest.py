@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from actors.clock import FakeClock
 from actors.embedded import RedisProcess, embedded_binary, find_redis_server
@@ -23,12 +23,16 @@ from actors.store import Store
 
 # "ci": a fixed seed (derandomize) and enough runs that the stateful test reaches dead jobs,
 # requeues and expiries on every binary; about half a minute per binary on 2 cores.
+# A failure shrinks one bug only and skips the explain phase: both rerun long programs many
+# times, which took over five minutes on a busy 2-core machine.
 settings.register_profile(
     "ci",
     max_examples=300,
     stateful_step_count=80,
     derandomize=True,
     deadline=None,
+    report_multiple_bugs=False,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     suppress_health_check=[HealthCheck.too_slow],
 )
 # "slow" (HYPOTHESIS_PROFILE=slow): random seeds, ten times the runs, longer programs.

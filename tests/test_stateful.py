@@ -585,6 +585,11 @@ def machine_server(request: pytest.FixtureRequest) -> Iterator[RedisProcess]:
             server.kill()
 
 
+# Under a minute per binary with "ci"; the "slow" profile runs ten times longer.
+TIMEOUT_S = 600 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 6 * 3600
+
+
+@pytest.mark.timeout(TIMEOUT_S)
 def test_lifecycle_matches_the_model(machine_server: RedisProcess) -> None:
     class Lifecycle(LifecycleMachine):
         server = machine_server

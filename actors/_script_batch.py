@@ -69,20 +69,22 @@ class ScriptBatch:
             for name, source in self._sources.items()
         }
 
-    def run(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        """Replies in call order; raises the first error after every call has been tried."""
-        if len(calls) == 1:  # redis-py's own routing and retries are enough for one call
+    def run(self, calls: Sequence[ScriptCall], *, raise_errors: bool = True) -> list[Any]:
+        """Replies in call order. Raises the first error after every call has been tried, or
+        with ``raise_errors=False`` returns errors in place of replies (a node that cannot be
+        reached gives each of its calls the connection error)."""
+        if len(calls) == 1 and raise_errors:  # redis-py's own routing and retries suffice
             return [self.runner(calls[0].name, calls[0].keys, calls[0].args)]
-        replies, _ = self._run(calls, None)
+        replies, _ = self._run(calls, None, raise_errors)
         return replies
 
     def run_durable(self, calls: Sequence[ScriptCall], wait: WaitFor) -> tuple[list[Any], int]:
         """Replies in call order, and the fewest replicas that acknowledged any of them."""
-        replies, acked = self._run(calls, wait)
+        replies, acked = self._run(calls, wait, True)
         return replies, wait.replicas if acked is None else acked
 
     def _run(
-        self, calls: Sequence[ScriptCall], wait: WaitFor | None
+        self, calls: Sequence[ScriptCall], wait: WaitFor | None, raise_errors: bool
     ) -> tuple[list[Any], int | None]:
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
@@ -90,7 +92,12 @@ class ScriptBatch:
         for attempt in range(_REDIRECT_ATTEMPTS):
             retry: list[int] = []
             for node_client, indexes in self._by_node(calls, pending):
-                results, replicas = self._send(node_client, [calls[n] for n in indexes], wait)
+                try:
+                    results, replicas = self._send(node_client, [calls[n] for n in indexes], wait)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    if raise_errors:
+                        raise
+                    results, replicas = [exc] * len(indexes), None
                 ran = False
                 for n, result in zip(indexes, results, strict=True):
                     if isinstance(result, NoScriptError):
@@ -104,7 +111,8 @@ class ScriptBatch:
                 if ran and replicas is not None:
                     acked = replicas if acked is None else min(acked, replicas)
             if not retry:
-                _raise_first_error(replies)
+                if raise_errors:
+                    _raise_first_error(replies)
                 return replies, acked
             pending = retry
             self._refresh_slots()

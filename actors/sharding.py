@@ -31,6 +31,7 @@ import copy
 import functools
 import heapq
 import itertools
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -51,6 +52,8 @@ from .errors import ErrorCode, JobExistsError, RedelayError, ValidationError
 from .jobstore import JobStore
 from .keys import ShardKeys, shard_of
 from .store import AuditRetention, JobInfo, Lease, NewJob, Snapshot, Store, TopicConfig
+
+log = logging.getLogger("actors.sharding")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -213,11 +216,13 @@ class ShardedStore:
         self,
         work: Mapping[int, Callable[[Store], T]],
         durable: bool = False,
+        keep_errors: bool = False,
     ) -> tuple[dict[int, T | BaseException], int | None]:
         """Runs ``work[shard](store)`` for each shard with its script calls in one pipeline.
 
-        Returns per shard the method's result or the exception it raised, and, for a durable
-        run, the fewest replicas that acknowledged.
+        Returns per shard the method's result or the exception it raised (with
+        ``keep_errors``, also a failed script call's error instead of raising it), and, for a
+        durable run, the fewest replicas that acknowledged.
         """
         done: dict[int, T | BaseException] = {}
         calls: dict[int, ScriptCall] = {}
@@ -237,8 +242,11 @@ class ShardedStore:
             wait = WaitFor(self.durability.replicas, self.durability.timeout_ms)
             replies, acked = self._batch.run_durable(list(calls.values()), wait)
         else:
-            replies = self._batch.run(list(calls.values()))
+            replies = self._batch.run(list(calls.values()), raise_errors=not keep_errors)
         for (shard, _), reply in zip(calls.items(), replies, strict=True):
+            if isinstance(reply, Exception):  # only with keep_errors: the call failed
+                done[shard] = reply
+                continue
             replayer = copy.copy(self.shards[shard])
             replayer._run = _ReplyRunner(reply)
             try:
@@ -385,7 +393,14 @@ class ShardedStore:
 
     @_cluster_errors
     def lease(self, topic: str, limit: int, consumer: str = "") -> list[Lease]:
-        """Leases up to ``limit`` ready jobs of ``topic`` from the shards in turn."""
+        """Leases up to ``limit`` ready jobs of ``topic`` from the shards in turn.
+
+        Two round trips whatever the number of shards: the ready lists' lengths, then one
+        lease call per non-empty shard in one pipeline, each asking for no more than its list
+        held, so together they never exceed ``limit``. The shard served first moves on by one
+        each call. When some shards fail, the jobs leased from the others are still returned
+        (dropping them would strand them until their leases expire).
+        """
         validation.topic(topic)
         validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
         if len(self.shards) == 1:
@@ -396,14 +411,34 @@ class ShardedStore:
         lengths = [int(n) for n in pipe.execute()]
         with self._rotation_lock:
             start = next(self._rotation[topic]) % len(self.shards)
-        leases: list[Lease] = []
+        wanted: dict[int, int] = {}
+        left = limit
         for step in range(len(self.shards)):
             shard = (start + step) % len(self.shards)
-            if lengths[shard] == 0:
-                continue
-            leases += self.shards[shard].lease(topic, limit - len(leases), consumer)
-            if len(leases) >= limit:
-                break
+            if lengths[shard] and left:
+                wanted[shard] = min(lengths[shard], left)
+                left -= wanted[shard]
+        if len(wanted) <= 1:
+            return [x for s, n in wanted.items() for x in self.shards[s].lease(topic, n, consumer)]
+        work = {s: functools.partial(_lease_with, topic, n, consumer) for s, n in wanted.items()}
+        done, _ = self._each(work, keep_errors=True)
+        leases: list[Lease] = []
+        errors: list[BaseException] = []
+        for shard in wanted:  # rotation order
+            outcome = done[shard]
+            if isinstance(outcome, BaseException):
+                errors.append(outcome)
+            else:
+                leases += outcome
+        if errors and not leases:
+            raise errors[0]
+        if errors:
+            log.warning(
+                "lease %s: %d shards failed (%s); kept the others' jobs",
+                topic,
+                len(errors),
+                errors[0],
+            )
         return leases
 
     @_cluster_errors
@@ -530,6 +565,10 @@ def ready_channel(keys: ShardKeys) -> str:
 
 def _call_with(method: Callable[[Store, Any], T], part: list[Any], store: Store) -> T:
     return method(store, part)
+
+
+def _lease_with(topic: str, limit: int, consumer: str, store: Store) -> list[Lease]:
+    return store.lease(topic, limit, consumer)
 
 
 def _add_with(jobs: list[NewJob], replace: bool, store: Store) -> list[str]:

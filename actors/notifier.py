@@ -10,9 +10,9 @@ topic per shard would multiply connections. Instead the scripts publish, on the 
 
 This thread subscribes to both channels of every shard on one connection (on Redis Cluster a
 plain PUBLISH reaches every node, so any node will do) and turns messages into actor messages:
-``Wake`` for the carriers, ``Fetch`` for the listeners of the topic. Pub/sub keeps nothing for a
-subscriber that is away, so after it subscribes again it tells every carrier to carry and every
-listener to fetch.
+``Wake`` for the carriers, ``ReadyNotice`` for the listeners of the topic. Pub/sub keeps nothing
+for a subscriber that is away, so after it subscribes again it tells every carrier to carry and
+every listener to look.
 """
 
 from __future__ import annotations
@@ -21,14 +21,24 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
 from ._backoff import Backoff
-from ._messages import Carry, Fetch, Wake
+from ._messages import Carry, Wake
 
 log = logging.getLogger("actors.notifier")
+
+_BATCH_MAX = 1_000  # most messages folded into one round of tells
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyNotice:
+    """TopicListener (from the notifier): its topic may have ready jobs. Unlike a Fetch it is
+    folded into the one the listener may already have queued, so a burst of notices cannot
+    flood its mailbox and hold up the SlotsFreed behind them."""
 
 
 class ShardNotifier:
@@ -93,13 +103,20 @@ class ShardNotifier:
                 pubsub.subscribe(*channels)
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=0.25)
-                    if message is None:
-                        continue
-                    if message["type"] == "subscribe":
-                        self._confirmed(len(channels))
-                        backoff.reset()
-                    elif message["type"] == "message":
-                        self._dispatch(message["channel"], message["data"])
+                    # What arrived together is told together: a carry that filled the lists of
+                    # five shards makes one notice per listener, not five.
+                    notices: list[tuple[bytes | str, bytes | str]] = []
+                    while message is not None:
+                        if message["type"] == "subscribe":
+                            self._confirmed(len(channels))
+                            backoff.reset()
+                        elif message["type"] == "message":
+                            notices.append((message["channel"], message["data"]))
+                        if len(notices) >= _BATCH_MAX:
+                            break
+                        message = pubsub.get_message(timeout=0.0)
+                    if notices:
+                        self._dispatch(notices)
             except Exception as exc:  # e.g. the client closed under us: never end the thread
                 self._subscribed.set()  # do not hold up start(); the actors fall back to timers
                 wait_s = backoff.next_ms() / 1000
@@ -121,20 +138,26 @@ class ShardNotifier:
             self.resubscribes += 1
             self._everyone_look()
 
-    def _dispatch(self, raw_channel: bytes | str, raw_data: bytes | str) -> None:
-        channel = raw_channel.decode() if isinstance(raw_channel, bytes) else raw_channel
-        data = raw_data.decode() if isinstance(raw_data, bytes) else raw_data
-        self.messages += 1
-        if channel in self.wake_channels:
-            with self._lock:
-                carriers = list(self._carriers)
+    def _dispatch(self, notices: list[tuple[bytes | str, bytes | str]]) -> None:
+        earliest_due: int | None = None
+        topics: set[str] = set()
+        for raw_channel, raw_data in notices:
+            channel = raw_channel.decode() if isinstance(raw_channel, bytes) else raw_channel
+            data = raw_data.decode() if isinstance(raw_data, bytes) else raw_data
+            self.messages += 1
+            if channel in self.wake_channels:
+                due = int(data)
+                earliest_due = due if earliest_due is None else min(earliest_due, due)
+            elif channel in self.ready_channels:
+                topics.add(data)
+        with self._lock:
+            carriers = list(self._carriers)
+            listeners = [ref for topic in topics for ref in self._listeners.get(topic, ())]
+        if earliest_due is not None:
             for ref in carriers:
-                _tell(ref, Wake(int(data)))
-        elif channel in self.ready_channels:
-            with self._lock:
-                listeners = list(self._listeners.get(data, ()))
-            for ref in listeners:
-                _tell(ref, Fetch())
+                _tell(ref, Wake(earliest_due))
+        for ref in listeners:
+            _tell(ref, ReadyNotice())
 
     def _everyone_look(self) -> None:
         with self._lock:
@@ -143,7 +166,7 @@ class ShardNotifier:
         for ref in carriers:
             _tell(ref, Carry("resubscribed"))
         for ref in listeners:
-            _tell(ref, Fetch())
+            _tell(ref, ReadyNotice())
 
 
 def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:

@@ -27,7 +27,7 @@ from ._connections import dedicated_client
 from ._messages import Fetch, Run, SlotsFreed, Stats, StopFetching
 from .clock import Clock, Timer
 from .jobstore import JobStore
-from .notifier import ShardNotifier
+from .notifier import ReadyNotice, ShardNotifier
 from .store import Lease, Store
 
 log = logging.getLogger("actors.listener")
@@ -66,8 +66,8 @@ class TopicListener(RedelayActor):
         # sets it on every connect), so shutdown can find it in CLIENT LIST and unblock it. It
         # does not retry inside redis-py: the actor's own backoff does that.
         self.connection_name = listener_connection_name(consumer, topic)
-        # A sharded store's lists cannot be blocked on together: the process's notifier tells
-        # this listener Fetch when one fills, and a timer every block_timeout_s is the backstop.
+        # A sharded store's lists cannot be blocked on together: the process's notifier sends
+        # this listener a ReadyNotice when one fills; a timer every block_timeout_s is the backstop.
         self.notifier = notifier
         self.backstop: Timer | None = None
         self.blocking: redis.Redis | None = None
@@ -103,6 +103,8 @@ class TopicListener(RedelayActor):
         if isinstance(message, Fetch):
             self.fetch_pending = False
             self._fetch()
+        elif isinstance(message, ReadyNotice):
+            self._request_fetch()  # at most one Fetch queued, however many notices
         elif isinstance(message, SlotsFreed):
             self.free_slots += message.count
             self._request_fetch()

@@ -23,7 +23,7 @@ import redis
 from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry
 from actors._messages import Stats
 from actors.embedded import RedisProcess
-from actors.sharding import shard_stores
+from actors.store import Store
 
 from . import faults
 from .det_settings import DetSettings, TopicPlan
@@ -127,6 +127,8 @@ class World:
             retention=AuditRetention("NONE"),
             producer_only=True,
         )
+        # Reads keys, counters, the audit stream and snapshots (the simulator runs one shard).
+        self.reader = Store(self.admin, NAMESPACE, self.clock, retention=AuditRetention("NONE"))
         self.workers: dict[str, DelayQueue | None] = {}
         self.generations: Counter[str] = Counter()
         self.settle_results: Counter[str] = Counter()
@@ -229,7 +231,7 @@ class World:
         self.ledger.add_jobs([JobRow(t, i, now + d, now) for t, i, d in jobs])
 
     def cancel(self, topic: str, job_id: str) -> str:
-        result = self.producer.store.cancel(topic, job_id)
+        result = self.reader.cancel(topic, job_id)  # store.cancel tells removed from requested
         self.ledger.cancel(topic, job_id, self.clock.now_ms(), result)
         return result
 
@@ -276,17 +278,21 @@ class World:
 
     # -- waiting for the actors -------------------------------------------------------------
 
+    def progress_marker(self) -> tuple[int, int, int]:
+        """Changes whenever anything happens: a transition or a handler run."""
+        audit_len = int(self.admin.xlen(self.reader.keys.audit))
+        return (audit_len, self.counters.runs_started, self.counters.runs_ended)
+
     def pending_jobs(self) -> int:
         """Jobs still delayed, ready or leased (from the scripts' counters)."""
-        stats = self.producer.store.stats()
+        stats = self.reader.stats()
         return sum(s["delayed"] + s["ready"] + s["leased"] for s in stats.values())
 
     def observe(self) -> tuple[tuple[Any, ...], bool]:
         """A fingerprint of everything that moves, and whether the system looks idle: no
         handler running but the hung ones, no ready job a pool has room for, no job due but
         not carried, and every carrier's timer set for the earliest delayed job."""
-        (shard,) = shard_stores(self.producer.store)  # the simulator runs one shard
-        keys = shard.keys
+        keys = self.reader.keys
         pipe = self.admin.pipeline(transaction=False)
         pipe.xlen(keys.audit)
         pipe.zrange(keys.delayed, 0, 0, withscores=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import logging
+import math
 import random
 import shutil
 import signal
@@ -48,8 +49,9 @@ from .workload import fault_times, storms
 
 log = logging.getLogger("simulations.chaos")
 
-# Clocks of different processes, each synced to Redis TIME on this host, agree to within this.
-EARLY_TOLERANCE_MS = 10
+# Two processes' clocks, each synced to Redis TIME, disagree by at most half of each one's
+# measured round trip; on top of that, whole milliseconds (each side truncates).
+EARLY_TOLERANCE_FLOOR_MS = 2
 _TICK_S = 0.05
 
 
@@ -83,7 +85,12 @@ class Producer(threading.Thread):
         owed = 0.0
         n = 0
         next_tick = time.monotonic()
+        next_burst = next_tick + self.rng.uniform(*s.burst_every_s)
         while not self.stopping.is_set():
+            if time.monotonic() >= next_burst:
+                next_burst += self.rng.uniform(*s.burst_every_s)
+                n += 1
+                self._burst(f"b{n:07d}")
             owed += s.rate_per_s * _TICK_S
             count = int(owed)
             owed -= count
@@ -99,7 +106,17 @@ class Producer(threading.Thread):
             self.stopping.wait(max(0.0, next_tick - time.monotonic()))
         self.queue.close()
 
-    def _add(self, batch: list[tuple[str, str, int]]) -> None:
+    def _burst(self, prefix: str) -> None:
+        """Jobs due at once, more than the pools take: some are cancelled while ready."""
+        topic = self.rng.choice(self.settings.topics).name
+        batch = [(topic, f"{prefix}-{m:03d}", 0) for m in range(self.rng.randint(30, 80))]
+        self._add(batch, cancel_share=0.0)
+        for _, job_id, _ in batch:
+            if self.rng.random() < 0.1:
+                at = time.monotonic() + self.rng.uniform(0.0, 0.3)
+                heapq.heappush(self.cancels, (at, topic, job_id))
+
+    def _add(self, batch: list[tuple[str, str, int]], cancel_share: float | None = None) -> None:
         base = self.queue.clock.now_ms()
         specs = [
             {"topic": t, "id": i, "body": self.body(t, i), "at": (base + d) / 1000}
@@ -118,8 +135,9 @@ class Producer(threading.Thread):
                     return  # never added, so never owed: not in the ledger
         self.ledger.add_jobs([JobRow(t, i, base + d, base) for t, i, d in batch])
         self.added += len(batch)
+        share = self.settings.cancel_share if cancel_share is None else cancel_share
         for t, i, d in batch:
-            if self.rng.random() < self.settings.cancel_share:
+            if self.rng.random() < share:
                 at = time.monotonic() + self.rng.uniform(0, d / 1000 + 2.0)
                 heapq.heappush(self.cancels, (at, t, i))
 
@@ -217,12 +235,13 @@ class Chaos:
                 log.warning("CLIENT KILL failed: %s", exc)
         elif kind == "redis_restart":
             down_s = self.rng.uniform(*s.redis_down_s)
-            self.record(kind, f"SIGKILL, down {down_s:.2f}s")
             self.redis_down = True
             self.redis.kill()
             time.sleep(down_s)  # Redis stays down this long: part of the fault
             self.redis.start()
             self.redis_down = False
+            # Logged when Redis is back, so jobs due while it was down count as after it.
+            self.record(kind, f"SIGKILL, down {down_s:.2f}s")
 
     def drain(self) -> None:
         """Brings every worker back and waits until no job is delayed, ready or leased."""
@@ -255,11 +274,16 @@ class Chaos:
         )
 
     def evidence(self) -> Evidence:
+        ledger = self.ledger.read()
+        rtt_ms = max((c.rtt_ms for c in ledger.clocks), default=0.0)
         return Evidence(
-            ledger=self.ledger.read(),
+            ledger=ledger,
             audit=list(self.store.iter_audit()),
             live=self.store.snapshot(),
-            early_tolerance_ms=EARLY_TOLERANCE_MS,
+            early_tolerance_ms=EARLY_TOLERANCE_FLOOR_MS + math.ceil(rtt_ms),
+            # A lease's ms is the caller's clock read before the call went out (on a new
+            # connection, or retried by redis-py, the script runs later): use the server's.
+            audit_time="server",
             fault_window_ms=self.settings.fault_window_ms,
             calm_p99_bound_ms=None,
         )
@@ -315,11 +339,13 @@ def run(args: argparse.Namespace) -> int:
             f"Redis was away, {producer.add_replies_lost} add replies lost",
             "workers that exited by themselves (restarted)": chaos.workers.unexpected_exits,
             "worker command": " ".join(chaos.workers.command[1:]),
+            "early tolerance (clock sync)": f"{evidence.early_tolerance_ms} ms",
         }
     finally:
         chaos.close()
     shutil.copy(work / "ledger.sqlite", out / "ledger.sqlite")
     shutil.rmtree(work, ignore_errors=True)
+    report.save_audit(evidence.audit, out / "audit.jsonl")
     evidence = replace(evidence, calm_p99_bound_ms=args.max_calm_p99_ms)
     verdict = check_all(evidence)
     notes["chart"] = chart.draw(
@@ -330,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
         f"process chaos, seed {seed}: lateness by due time",
         time_unit="s",
     )
-    notes["ledger"] = str(out / "ledger.sqlite")
+    notes["evidence"] = f"{out / 'ledger.sqlite'}, {out / 'audit.jsonl'}"
     summary = report.build(
         "chaos",
         seed,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actors import AuditRetention, DelayQueue, Job, Retry
+from actors import AuditRetention, DelayQueue, Job, RedisSyncedClock, Retry
 
 from ._user_app import load_app_handlers
 from .chaos_settings import ChaosSettings
@@ -50,6 +50,7 @@ def make_queue() -> DelayQueue:
         sweep_interval_s=settings.sweep_interval_s,
         consumer_name=f"{worker}:{os.getpid()}",
     )
+    _sample_clock(queue, ledger, f"{worker}:{os.getpid()}")
     for topic in settings.topics:
         queue.handler(
             topic.name,
@@ -59,6 +60,25 @@ def make_queue() -> DelayQueue:
             lease=topic.lease_ms / 1000,
         )(_handler(queue, ledger, settings, worker, topic, user.get(topic.name)))
     return queue
+
+
+# How often a worker writes down its clock's offset to Redis and the round trip it measured.
+_CLOCK_SAMPLE_S = 5.0
+
+
+def _sample_clock(queue: DelayQueue, ledger: Ledger, worker: str) -> None:
+    """Records the clock's sync (offset, round trip) now and every few seconds, on a daemon
+    thread: the checkers allow for this much disagreement between processes."""
+    clock = queue.clock
+    if not isinstance(clock, RedisSyncedClock):
+        return
+
+    def sample() -> None:
+        while True:
+            ledger.clock(worker, clock.now_ms(), clock.offset_ms, clock.last_rtt_ms)
+            time.sleep(_CLOCK_SAMPLE_S)  # a sampling period, not a wait for a condition
+
+    threading.Thread(target=sample, name="sim-clock-sample", daemon=True).start()
 
 
 def _handler(

@@ -59,7 +59,18 @@ def draw(
                 alpha=0.6,
                 linewidths=0,
             )
-    kinds = sorted({f.kind for f in faults})
+    # Handler faults touch one job: small marks at the bottom. The others: a line each.
+    local = [f for f in faults if f.kind.startswith("handler_")]
+    if local:
+        axes.scatter(
+            [(f.at_ms - start_ms) / divisor for f in local],
+            [0] * len(local),
+            marker="^",
+            s=18,
+            c="black",
+            label=f"handler hang ({len(local)})",
+        )
+    kinds = sorted({f.kind for f in faults if not f.kind.startswith("handler_")})
     for n, kind in enumerate(kinds):
         colour = _FAULT_COLOURS[n % len(_FAULT_COLOURS)]
         times = [(f.at_ms - start_ms) / divisor for f in faults if f.kind == kind]
@@ -72,6 +83,7 @@ def draw(
                 label=f"{kind} ({len(times)})" if m == 0 else None,
             )
     axes.set_yscale("symlog", linthresh=1)
+    axes.set_ylim(bottom=0)
     axes.set_xlabel(f"due time ({'hours' if time_unit == 'h' else 'seconds'} since start)")
     axes.set_ylabel("lateness: start of the run minus due time (ms)")
     axes.set_title(title)

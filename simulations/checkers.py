@@ -106,6 +106,11 @@ class Evidence:
     # at most this long before its due time (recovery takes a lease or a sweep to finish).
     fault_window_ms: int = 60_000
     calm_p99_bound_ms: int | None = None
+    # When an audit event happened: "caller" reads its ms field (the time the caller passed;
+    # exact under one fake clock), "server" its stream id (the server's clock when the script
+    # ran). With real processes the caller's time can be older than the script by the request's
+    # latency, or by redis-py's retries of the call.
+    audit_time: str = "caller"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +182,9 @@ class AuditIndex:
         self.lease_ms: dict[str, int] = {}
         self.lease_by: dict[str, str] = {}
         self.reused_tokens: list[tuple[Key, str]] = []
-        for pos, (_, fields) in enumerate(entries):
+        self.ids: list[str] = []
+        for pos, (entry_id, fields) in enumerate(entries):
+            self.ids.append(entry_id)
             key = (fields.get("t", ""), fields.get("i", ""))
             self.by_key[key].append((pos, fields))
             if fields.get("e") == "leased":
@@ -187,6 +194,10 @@ class AuditIndex:
                 self.lease_pos[token] = pos
                 self.lease_ms[token] = int(fields.get("ms", 0))
                 self.lease_by[token] = fields.get("by", "")
+
+    def server_ms(self, pos: int) -> int:
+        """The server's time when the entry was written (the ms part of its stream id)."""
+        return int(self.ids[pos].split("-", 1)[0])
 
     def first(self, key: Key, events: Iterable[str]) -> int | None:
         wanted = set(events)
@@ -218,15 +229,17 @@ def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
             event = fields.get("e")
             if event in _DUE_EVENTS and "due" in fields:
                 due = int(fields["due"])
-            elif event == "leased" and due is not None and int(fields["ms"]) + tolerance < due:
-                early_ms = due - int(fields["ms"])
-                found.append(
-                    Violation(
-                        Failure.EARLY,
-                        key,
-                        f"leased {early_ms} ms before its due time {due} (audit entry {pos})",
+            elif event == "leased" and due is not None:
+                at = index.server_ms(pos) if ev.audit_time == "server" else int(fields["ms"])
+                if at + tolerance < due:
+                    found.append(
+                        Violation(
+                            Failure.EARLY,
+                            key,
+                            f"leased {due - at} ms before its due time {due} (audit entry {pos}"
+                            f", {ev.audit_time} time)",
+                        )
                     )
-                )
     for run in ev.ledger.runs:
         job = ev.ledger.jobs.get(run.key)
         due = max(run.due_ms, job.due_ms) if job is not None else run.due_ms

@@ -36,12 +36,13 @@ class Mode:
     duration_ms: int  # simulated time during which jobs are added and faults fire
     jobs: int
     faults_per_kind: int  # on average, over the run
+    real_limit_s: float  # the run stops adding jobs and faults after this long (real time)
 
 
 MODES = {
-    "ci": Mode("ci", 2 * HOUR_MS, 400, 6),
-    "default": Mode("default", 6 * HOUR_MS, 1_500, 12),
-    "soak": Mode("soak", 48 * HOUR_MS, 12_000, 80),
+    "ci": Mode("ci", 2 * HOUR_MS, 400, 6, 240.0),
+    "default": Mode("default", 6 * HOUR_MS, 1_500, 12, 900.0),
+    "soak": Mode("soak", 48 * HOUR_MS, 12_000, 80, 4 * 3600.0),
 }
 
 
@@ -60,6 +61,7 @@ class DetSettings:
     mode: str
     duration_ms: int
     jobs: int
+    bursts: int  # batches of 10-30 jobs due at once, some cancelled while ready
     workers: int
     topics: tuple[TopicPlan, ...]
     delays: DelayMix
@@ -133,7 +135,8 @@ class DetSettings:
         return "\n".join(
             [
                 f"seed {self.seed}, mode {self.mode}: {self.duration_ms / HOUR_MS:g} simulated "
-                f"hours, {self.jobs} jobs, {self.workers} workers",
+                f"hours, {self.jobs} jobs and {self.bursts} bursts of 10-30, {self.workers} "
+                "workers",
                 f"topics: {topics}",
                 f"delays: {self.delays.describe()}; cancel {self.cancel_share:.0%} of jobs",
                 f"handlers: error {h.error:.0%}, retry {h.retry:.0%}, hang {h.hang:.1%} "
@@ -188,6 +191,7 @@ def derive(seed: int, mode_name: str) -> DetSettings:
         mode=mode_name,
         duration_ms=mode.duration_ms,
         jobs=mode.jobs,
+        bursts=max(2, mode.duration_ms // (30 * MINUTE_MS)),
         workers=rng.randint(1, 3),
         topics=topics,
         delays=delays,

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from actors.errors import RedisServerNotFound
-from actors.sharding import shard_stores
 
 from . import chart, report
 from ._det_world import World
@@ -79,12 +78,22 @@ def plan(settings: DetSettings, start_ms: int) -> list[Planned]:
                 push(start_ms + cancel_at, "cancel", rng.random() < 0.5, (topic, job_id))
         push(start_ms + arrivals[n], "add", rng.random() < 0.5, batch)
         n += size
+    # Bursts of jobs due at once fill the ready lists past what the pools take, and some are
+    # cancelled while they wait there.
+    for b in range(settings.bursts):
+        at = rng.randrange(settings.duration_ms)
+        topic = rng.choice(settings.topics).name
+        batch = [(topic, f"b{b:03d}-{m:03d}", 0) for m in range(rng.randint(10, 30))]
+        push(start_ms + at, "add", False, batch)
+        for _, job_id, _ in batch:
+            if rng.random() < 0.2:
+                push(start_ms + at + rng.randint(1, 10_000), "cancel", False, (topic, job_id))
     # Faults come in storms with calm periods between; within a storm at twice the mean rate.
     periods = storms(rng, settings.duration_ms, settings.storm_ms, settings.calm_ms)
     for kind, interval_ms in sorted(settings.fault_interval_ms.items()):
-        for at in fault_times(rng, periods, interval_ms / 2):
+        for fault_at in fault_times(rng, periods, interval_ms / 2):
             busy = rng.random() < settings.busy_fault_share
-            push(start_ms + int(at), kind, busy, rng.randrange(2**32))
+            push(start_ms + int(fault_at), kind, busy, rng.randrange(2**32))
     heapq.heapify(events)
     return events
 
@@ -98,6 +107,10 @@ class Driver:
         self.order = len(self.events)
         self.steps = 0
         self.rng = random.Random(f"{settings.seed}:driver")
+        # The shortest step for now: it grows while steps change nothing (a timer that keeps
+        # firing in the past would otherwise hold the clock to min_step_ms forever).
+        self.floor_ms = settings.min_step_ms
+        self.cut_short = False
 
     def run(self) -> None:
         s, w = self.settings, self.world
@@ -105,13 +118,20 @@ class Driver:
             w.start_worker(f"w{n + 1}")
         w.settle()
         end_ms = w.start_ms + s.duration_ms
+        deadline = time.monotonic() + MODES[s.mode].real_limit_s
         while w.clock.now_ms() < end_ms or self.events:
+            if time.monotonic() > deadline:
+                log.warning("real-time limit reached at %s", report.hms(w.clock.now_ms()))
+                self.cut_short = True
+                self.events = []
+                break
             self.step(end_ms)
         self.drain(end_ms)
 
     def step(self, limit_ms: int | None) -> None:
         w = self.world
         now = w.clock.now_ms()
+        before = w.progress_marker()
         target = self.next_target(now, limit_ms)
         w.clock.advance(target - now)
         self.steps += 1
@@ -120,6 +140,10 @@ class Driver:
         w.settle()
         if self.fire_due(target, busy=False) or fired:
             w.settle()
+        if fired or w.progress_marker() != before:
+            self.floor_ms = self.settings.min_step_ms
+        else:
+            self.floor_ms = min(self.settings.max_step_ms, self.floor_ms * 4)
         self.show()
 
     def next_target(self, now: int, limit_ms: int | None) -> int:
@@ -130,13 +154,12 @@ class Driver:
         for at in (w.clock.next_timer_ms(), w.hangs.next_release_ms()):
             if at is not None:
                 candidates.append(at)
-        (shard,) = shard_stores(w.producer.store)  # the simulator runs one shard
-        earliest = w.admin.zrange(shard.keys.delayed, 0, 0, withscores=True)
+        earliest = w.admin.zrange(w.reader.keys.delayed, 0, 0, withscores=True)
         if earliest and int(earliest[0][1]) > now:
             candidates.append(int(earliest[0][1]))
         if limit_ms is not None and now < limit_ms:
             candidates.append(limit_ms)
-        return max(now + s.min_step_ms, min(candidates))
+        return max(now + self.floor_ms, min(candidates))
 
     def fire_due(self, now: int, busy: bool) -> bool:
         """Fires the planned events due by ``now`` of one phase (busy or quiet)."""
@@ -226,19 +249,20 @@ def run(args: argparse.Namespace) -> int:
         driver.run()
         evidence = Evidence(
             ledger=world.ledger.read(),
-            audit=list(world.producer.store.iter_audit()),
-            live=world.producer.store.snapshot(),
+            audit=list(world.reader.iter_audit()),
+            live=world.reader.snapshot(),
             early_tolerance_ms=0,
             fault_window_ms=settings.fault_window_ms,
         )
         simulated_ms = world.clock.now_ms() - world.start_ms
-        steps, settles = driver.steps, dict(world.settle_results)
+        steps, settles, cut_short = driver.steps, dict(world.settle_results), driver.cut_short
         add_lost = world.counters.add_replies_lost
     finally:
         world.stop()
     real_s = time.monotonic() - real_start
     shutil.copy(work / "ledger.sqlite", out / "ledger.sqlite")
     shutil.rmtree(work, ignore_errors=True)
+    report.save_audit(evidence.audit, out / "audit.jsonl")
     verdict = check_all(evidence)
     chart_note = chart.draw(
         verdict.lateness.points,
@@ -263,14 +287,16 @@ def run(args: argparse.Namespace) -> int:
                 ),
             },
             "steps": steps,
+            "cut_short_by_real_time_limit": cut_short,
             "settles": settles,
             "notes": {
                 "time": f"{report.hms(simulated_ms)} simulated in {real_s:.1f} s real "
                 f"({simulated_ms / 3_600_000 / (real_s / 60):.1f} simulated hours per minute), "
                 f"{steps} steps",
                 "add replies lost to killed connections": add_lost,
+                "cut short by the real-time limit": cut_short,
                 "chart": chart_note,
-                "ledger": str(out / "ledger.sqlite"),
+                "evidence": f"{out / 'ledger.sqlite'}, {out / 'audit.jsonl'}",
             },
         },
     )

@@ -11,14 +11,16 @@ Rows, in the words of the checkers:
 - ``cancels``: a ``cancel`` call and what it answered (``removed``, ``requested``, ``missing``);
 - ``runs``: one handler call, written as it starts (token, attempt, due) and completed when it
   returns (``ok`` or ``error``); a run that never completes had its worker crash under it;
-- ``faults``: each injected fault, its kind and when.
+- ``faults``: each injected fault, its kind and when;
+- ``clocks``: how each worker's clock was synced to Redis (offset, round trip), which bounds how
+  far two processes can disagree about whether a job is due.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 Key = tuple[str, str]
@@ -34,6 +36,8 @@ CREATE TABLE IF NOT EXISTS runs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL, id TEXT NOT NULL,
     token TEXT NOT NULL, attempt INTEGER NOT NULL, due_ms INTEGER NOT NULL,
     started_ms INTEGER NOT NULL, worker TEXT NOT NULL, outcome TEXT, ended_ms INTEGER);
+CREATE TABLE IF NOT EXISTS clocks (
+    worker TEXT NOT NULL, at_ms INTEGER NOT NULL, offset_ms REAL NOT NULL, rtt_ms REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS faults (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, kind TEXT NOT NULL,
     detail TEXT NOT NULL);
@@ -95,11 +99,20 @@ class FaultRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ClockRow:
+    worker: str
+    at_ms: int
+    offset_ms: float
+    rtt_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerData:
     jobs: dict[Key, JobRow]
     cancels: list[CancelRow]
     runs: list[RunRow]
     faults: list[FaultRow]
+    clocks: list[ClockRow] = field(default_factory=list)
 
 
 class Ledger:
@@ -172,6 +185,13 @@ class Ledger:
                 "INSERT INTO faults (at_ms, kind, detail) VALUES (?, ?, ?)", (at_ms, kind, detail)
             )
 
+    def clock(self, worker: str, at_ms: int, offset_ms: float, rtt_ms: float) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO clocks (worker, at_ms, offset_ms, rtt_ms) VALUES (?, ?, ?, ?)",
+                (worker, at_ms, offset_ms, rtt_ms),
+            )
+
     # -- reads ------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
@@ -213,4 +233,8 @@ class Ledger:
                     "SELECT seq, at_ms, kind, detail FROM faults ORDER BY seq"
                 )
             ]
-        return LedgerData(jobs, cancels, runs, faults)
+            clocks = [
+                ClockRow(*row)
+                for row in self._db.execute("SELECT worker, at_ms, offset_ms, rtt_ms FROM clocks")
+            ]
+        return LedgerData(jobs, cancels, runs, faults, clocks)

@@ -179,6 +179,13 @@ def save(summary: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
 
 
+def save_audit(entries: list[tuple[str, dict[str, str]]], path: Path) -> None:
+    """The audit stream as it was at the end, one JSON object per line (id first)."""
+    with path.open("w") as out:
+        for entry_id, fields in entries:
+            out.write(json.dumps({"id": entry_id, **fields}) + "\n")
+
+
 def emit(summary: dict[str, Any], as_json: bool, stream: TextIO | None = None) -> None:
     out = stream or sys.stdout
     if as_json:

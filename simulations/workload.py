@@ -128,11 +128,15 @@ def storms(rng: random.Random, duration: float, storm: Period, calm: Period) -> 
 
 
 def fault_times(rng: random.Random, periods: list[Period], mean_interval: float) -> list[float]:
-    """A Poisson process with the given mean interval, inside the given periods only."""
+    """A Poisson process with the given mean interval, inside the given periods only; at least
+    one time, so a short run still meets every fault kind it switched on."""
     times: list[float] = []
     for start, end in periods:
         at = start + rng.expovariate(1 / mean_interval)
         while at < end:
             times.append(at)
             at += rng.expovariate(1 / mean_interval)
+    if not times and periods:
+        start, end = rng.choice(periods)
+        times.append(rng.uniform(start, end))
     return times

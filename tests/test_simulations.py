@@ -1,0 +1,379 @@
+"""The simulators: their checkers on histories made by the real scripts (and on hand-made ones
+for what the scripts cannot do), then both simulators end to end in their CI sizes.
+
+The end-to-end runs are what `make test` uses to run the simulations in CI (about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.clock import FakeClock
+from actors.store import Snapshot, Store, TopicConfig
+from simulations.checkers import (
+    EXIT_CODES,
+    AuditIndex,
+    Evidence,
+    Failure,
+    check_all,
+    lateness,
+)
+from simulations.ledger import CancelRow, FaultRow, JobRow, Ledger, LedgerData, RunRow
+from simulations.workload import HandlerMix, fault_times, storms
+
+ROOT = Path(__file__).resolve().parent.parent
+T = "orders"
+
+
+def _evidence(
+    store: Store,
+    jobs: list[JobRow],
+    runs: list[RunRow],
+    cancels: list[CancelRow] | None = None,
+    faults: list[FaultRow] | None = None,
+    **kwargs: int | None,
+) -> Evidence:
+    ledger = LedgerData({j.key: j for j in jobs}, cancels or [], runs, faults or [])
+    return Evidence(ledger, store.audit_entries(), store.snapshot(), **kwargs)  # type: ignore[arg-type]
+
+
+def _add(store: Store, job_id: str, delay_ms: int = 0) -> JobRow:
+    now = store.clock.now_ms()
+    store.add(store.new_job(T, job_id, {"id": job_id}, delay_ms=delay_ms))
+    return JobRow(T, job_id, now + delay_ms, now)
+
+
+def _lease_one(store: Store, clock: FakeClock, until_ms: int) -> str:
+    clock.advance(max(0, until_ms - clock.now_ms()))
+    store.carry()
+    (lease,) = store.lease(T, 1, "w1.1")
+    return lease.token
+
+
+def _run(seq: int, job: JobRow, token: str, started_ms: int, outcome: str | None) -> RunRow:
+    return RunRow(seq, T, job.id, token, 1, job.due_ms, started_ms, "w1.1", outcome, None)
+
+
+def _failures(evidence: Evidence) -> list[Failure]:
+    return check_all(evidence).failures
+
+
+# -- checkers on real histories ---------------------------------------------------------------
+
+
+def test_a_clean_history_passes(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a", delay_ms=1_000)
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    verdict = check_all(_evidence(store, [job], [_run(1, job, token, job.due_ms, "ok")]))
+    assert verdict.failures == []
+    assert verdict.exit_code == 0
+    assert verdict.outcomes == {"acked": 1, "jobs": 1}
+    assert verdict.lateness.calm.max_ms == 0
+
+
+def test_a_run_before_the_due_time_is_early(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a", delay_ms=1_000)
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    evidence = _evidence(store, [job], [_run(1, job, token, job.due_ms - 5, "ok")])
+    verdict = check_all(evidence)
+    assert verdict.failures == [Failure.EARLY]
+    assert verdict.exit_code == EXIT_CODES[Failure.EARLY] == 10
+    # Within the tolerance between clocks it is not early.
+    tolerant = Evidence(evidence.ledger, evidence.audit, evidence.live, early_tolerance_ms=5)
+    assert _failures(tolerant) == []
+
+
+def test_a_lease_before_the_due_time_is_early(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a", delay_ms=1_000)
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    evidence = _evidence(store, [job], [_run(1, job, token, job.due_ms, "ok")])
+    audit = [(i, {**f, "ms": "1"} if f["e"] == "leased" else f) for i, f in evidence.audit]
+    moved = Evidence(evidence.ledger, audit, evidence.live)
+    assert _failures(moved) == [Failure.EARLY]
+    # Read by the server's time (the stream ids: real time, long after the fake due time) the
+    # same lease is not early: that is how the chaos simulator reads real processes' leases.
+    by_server = Evidence(evidence.ledger, audit, evidence.live, audit_time="server")
+    assert _failures(by_server) == []
+
+
+def test_a_run_after_a_cancel_that_removed_the_job(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a")
+    assert store.cancel(T, "a") == "removed"
+    cancel = CancelRow(1, T, "a", fake_clock.now_ms(), "removed")
+    # What a broken cancel would allow: the job comes back and runs.
+    again = _add(store, "a")
+    token = _lease_one(store, fake_clock, again.due_ms)
+    store.ack(T, "a", token)
+    evidence = _evidence(store, [job], [_run(2, job, token, job.due_ms, "ok")], [cancel])
+    assert Failure.CANCELLED_DELIVERED in _failures(evidence)
+    # The same run before the cancel is fine.
+    before = _evidence(store, [job], [_run(0, job, token, job.due_ms, "ok")], [cancel])
+    assert Failure.CANCELLED_DELIVERED not in _failures(before)
+
+
+def test_a_lease_after_a_cancel_in_the_stream(store: Store) -> None:
+    job = _add(store, "a")
+    store.cancel(T, "a")
+    entries = store.audit_entries()
+    ms = entries[-1][1]["ms"]
+    leased = {"e": "leased", "t": T, "i": "a", "a": "1", "ms": ms, "tok": "x", "dl": ms, "by": ""}
+    evidence = Evidence(
+        LedgerData({job.key: job}, [], [], []), [*entries, ("9-9", leased)], store.snapshot()
+    )
+    assert Failure.CANCELLED_DELIVERED in _failures(evidence)
+
+
+def test_events_after_an_ack(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a")
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    entries = store.audit_entries()
+    expired = {"e": "expired", "t": T, "i": "a", "a": "1", "ms": "0", "due": "0", "to": "ready"}
+    evidence = Evidence(
+        LedgerData({job.key: job}, [], [_run(1, job, token, job.due_ms, "ok")], []),
+        [*entries, ("9-9", expired)],
+        store.snapshot(),
+    )
+    verdict = check_all(evidence)
+    assert verdict.failures[0] is Failure.AFTER_ACK
+    assert "after it was acked" in str(verdict.violations[0])
+
+
+def test_a_change_behind_the_scripts_back_is_audit_drift(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    job = _add(store, "a", delay_ms=60_000)
+    store.client.zadd(store.keys.delayed, {f"{T}|a": job.due_ms + 1})  # not through a script
+    verdict = check_all(_evidence(store, [job], []))
+    assert verdict.failures[0] is Failure.AUDIT_DRIFT
+    assert verdict.exit_code == 13
+
+
+def test_a_job_missing_from_redis_is_lost(store: Store) -> None:
+    job = JobRow(T, "never-added", 0, 0)
+    verdict = check_all(_evidence(store, [job], []))
+    assert verdict.failures == [Failure.LOST]
+    assert verdict.outcomes["lost"] == 1
+    assert "gone from Redis" in verdict.violations[0].message
+
+
+def test_acked_without_a_good_run_is_lost(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a")
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    verdict = check_all(_evidence(store, [job], [_run(1, job, token, job.due_ms, "error")]))
+    assert verdict.failures == [Failure.LOST]
+
+
+def test_a_duplicate_after_an_expired_lease_is_explained(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    store.configure_topic(T, TopicConfig((1_000,), 1_000))
+    job = _add(store, "a")
+    first = _lease_one(store, fake_clock, job.due_ms)
+    fault = FaultRow(1, fake_clock.now_ms(), "worker_abandon", "w1.1")
+    fake_clock.advance(1_000)
+    assert store.expire()[0] == 1
+    second = _lease_one(store, fake_clock, fake_clock.now_ms() + 1_000)
+    store.ack(T, "a", second)
+    runs = [_run(1, job, first, job.due_ms, None), _run(2, job, second, job.due_ms, "ok")]
+    verdict = check_all(_evidence(store, [job], runs, faults=[fault]))
+    assert verdict.failures == []
+    assert verdict.duplicates.count == 1
+    assert verdict.duplicates.by_cause == {"expired lease after worker_abandon": 1}
+
+
+def test_a_retry_after_the_handler_raised_is_no_duplicate(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    store.configure_topic(T, TopicConfig((1_000,), 30_000))
+    job = _add(store, "a")
+    first = _lease_one(store, fake_clock, job.due_ms)
+    store.fail(T, "a", first, "boom")
+    second = _lease_one(store, fake_clock, fake_clock.now_ms() + 1_000)
+    store.ack(T, "a", second)
+    runs = [_run(1, job, first, job.due_ms, "error"), _run(2, job, second, job.due_ms, "ok")]
+    verdict = check_all(_evidence(store, [job], runs))
+    assert verdict.failures == []
+    assert verdict.duplicates.count == 0
+
+
+def test_a_lease_run_twice_is_an_unexplained_duplicate(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a")
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    runs = [_run(1, job, token, job.due_ms, "ok"), _run(2, job, token, job.due_ms, "ok")]
+    verdict = check_all(_evidence(store, [job], runs))
+    assert verdict.failures == [Failure.UNEXPLAINED_DUPLICATE]
+    assert verdict.duplicates.ran_ok_twice == 1
+
+
+def test_a_job_still_pending_at_the_end_is_stuck(store: Store) -> None:
+    job = _add(store, "a", delay_ms=60_000)
+    verdict = check_all(_evidence(store, [job], []))
+    assert verdict.failures == [Failure.STUCK]
+    assert verdict.exit_code == 16
+
+
+def test_calm_lateness_over_the_bound_is_late(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a")
+    token = _lease_one(store, fake_clock, job.due_ms + 500)
+    store.ack(T, "a", token)
+    runs = [_run(1, job, token, job.due_ms + 500, "ok")]
+    assert _failures(_evidence(store, [job], runs, calm_p99_bound_ms=1_000)) == []
+    assert _failures(_evidence(store, [job], runs, calm_p99_bound_ms=100)) == [Failure.LATE]
+
+
+def test_the_first_failure_decides_the_exit_code(store: Store, fake_clock: FakeClock) -> None:
+    early = _add(store, "a")
+    token = _lease_one(store, fake_clock, early.due_ms)
+    store.ack(T, "a", token)
+    stuck = _add(store, "b", delay_ms=60_000)
+    runs = [_run(1, early, token, early.due_ms - 10, "ok")]
+    verdict = check_all(_evidence(store, [early, stuck], runs))
+    assert verdict.failures == [Failure.EARLY, Failure.STUCK]
+    assert verdict.exit_code == 10
+
+
+def test_lateness_is_split_by_the_faults_before_it() -> None:
+    runs = [
+        RunRow(1, T, "calm", "t1", 1, 10_000, 10_050, "w"),
+        RunRow(2, T, "hit", "t2", 1, 100_000, 104_000, "w"),
+        RunRow(3, T, "hang", "t3", 1, 200_000, 200_010, "w"),
+    ]
+    faults = [
+        FaultRow(1, 99_000, "worker_sigkill", "w1.1:1"),
+        FaultRow(2, 199_000, "handler_hang", "orders/x #1"),  # touches its own job only
+    ]
+    ledger = LedgerData({}, [], runs, faults)
+    late = lateness(Evidence(ledger, [], Snapshot(), early_tolerance_ms=0, fault_window_ms=5_000))
+    assert late.calm.count == 2 and late.calm.max_ms == 50
+    assert late.after_fault.count == 1 and late.after_fault.max_ms == 4_000
+
+
+# -- the parts the drivers share --------------------------------------------------------------
+
+
+def test_the_ledger_keeps_rows_across_connections(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    first = Ledger(path)
+    first.add_jobs([JobRow(T, "a", 5, 1)])
+    seq = first.run_started(T, "a", "tok", 1, 5, 6, "w1")
+    second = Ledger(path)  # another process would open it like this
+    second.run_ended(seq, "ok", 7)
+    second.fault(8, "worker_sigkill", "w1")
+    first.cancel(T, "a", 9, "missing")
+    data = Ledger(path).read()
+    assert data.jobs == {(T, "a"): JobRow(T, "a", 5, 1)}
+    assert data.runs == [RunRow(seq, T, "a", "tok", 1, 5, 6, "w1", "ok", 7)]
+    assert [f.kind for f in data.faults] == ["worker_sigkill"]
+    assert [c.result for c in data.cancels] == ["missing"]
+    assert first.counts() == {"jobs": 1, "runs": 1, "runs_ok": 1, "faults": 1}
+
+
+def test_a_handler_decision_depends_only_on_seed_job_and_attempt() -> None:
+    mix = HandlerMix(error=0.3, retry=0.1, hang=0.1, hang_ms=(10, 20), work_ms=(1, 5))
+    decisions = [mix.decide(7, T, f"j{n}", 1) for n in range(300)]
+    assert decisions == [mix.decide(7, T, f"j{n}", 1) for n in range(300)]
+    kinds = {d.kind for d in decisions}
+    assert kinds == {"ok", "error", "retry", "hang"}
+    assert decisions != [mix.decide(8, T, f"j{n}", 1) for n in range(300)]
+
+
+def test_faults_fire_only_in_storms_and_every_kind_at_least_once() -> None:
+    import random
+
+    rng = random.Random(1)
+    periods = storms(rng, 100.0, (5.0, 10.0), (10.0, 20.0))
+    assert periods[0][0] == 0.0
+    times = fault_times(rng, periods, 1_000.0)  # far rarer than one per run
+    assert len(times) == 1
+    assert any(start <= times[0] <= end for start, end in periods)
+    dense = fault_times(rng, periods, 0.5)
+    assert all(any(s <= t <= e for s, e in periods) for t in dense)
+
+
+def test_the_audit_index_finds_each_lease(store: Store, fake_clock: FakeClock) -> None:
+    _add(store, "a")
+    token = _lease_one(store, fake_clock, fake_clock.now_ms())
+    index = AuditIndex(store.audit_entries())
+    assert index.lease_by[token] == "w1.1"
+    assert index.first((T, "a"), ["leased"]) == index.lease_pos[token]
+
+
+# -- both simulators, CI-sized ----------------------------------------------------------------
+
+
+def _simulate(args: list[str], out: Path) -> tuple[int, dict[str, object], str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", *args, "--json", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    summary: dict[str, object] = json.loads(done.stdout) if done.stdout.strip() else {}
+    return done.returncode, summary, done.stderr
+
+
+def _check_summary(summary: dict[str, object], kinds: set[str]) -> None:
+    jobs = summary["jobs"]
+    assert isinstance(jobs, dict)
+    assert jobs["added"] > 100
+    assert jobs["lost"] == 0 and jobs["stuck"] == 0
+    assert jobs["acked"] + jobs["dead"] + jobs["cancelled"] == jobs["added"]
+    faults = summary["faults"]
+    assert isinstance(faults, dict)
+    assert kinds <= {k for k, n in faults.items() if n > 0}, faults
+    lateness_ms = summary["lateness_ms"]
+    assert isinstance(lateness_ms, dict)
+    assert lateness_ms["calm"]["count"] > 0 and lateness_ms["after_fault"]["count"] > 0
+
+
+def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
+    code, summary, stderr = _simulate(
+        ["simulations.deterministic", "--seed", "1", "--ci"], tmp_path
+    )
+    assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
+    assert summary["reproduce"] == "python -m simulations.deterministic --seed 1 --ci"
+    assert "seed 1, mode ci" in stderr  # the settings, printed at the start
+    _check_summary(
+        summary,
+        {"actor_crash", "connection_drop", "worker_abandon", "worker_stop", "clock_jump"},
+    )
+    assert (tmp_path / "deterministic-1" / "lateness.png").stat().st_size > 10_000
+
+
+def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
+    code, summary, stderr = _simulate(
+        ["simulations.chaos", "--seed", "5", "--duration", "30"], tmp_path
+    )
+    assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
+    _check_summary(
+        summary, {"worker_sigkill", "worker_sigterm", "connection_kill", "redis_restart"}
+    )
+    assert (tmp_path / "chaos-5" / "lateness.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("flag", ["--seed=x", "--bogus"])
+def test_bad_arguments_are_a_usage_error(flag: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "simulations.deterministic", flag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "usage:" in done.stderr

@@ -51,3 +51,18 @@ bench: $(BENCH_STAMP)
 # Small sizes (a couple of minutes): writes to simulations/out/bench-quick/.
 bench-quick: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m simulations.bench --quick
+
+# Crash simulations (docs/simulations.md): the deterministic simulator on a fake clock, then
+# process chaos with real workers. CI-sized, a minute or so each; `make test` runs the same
+# through tests/test_simulations.py. SEED picks the run (a failure prints its seed).
+SEED ?= 1
+.PHONY: soak
+
+simulate: $(STAMP)
+	$(BIN)/python -m simulations.deterministic --seed $(SEED) --ci
+	$(BIN)/python -m simulations.chaos --seed $(SEED) --duration 40
+
+# The long mode: 48 simulated hours, then ten minutes of process chaos.
+soak: $(STAMP)
+	$(BIN)/python -m simulations.deterministic --seed $(SEED) --soak
+	$(BIN)/python -m simulations.chaos --seed $(SEED) --duration 600

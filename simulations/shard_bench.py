@@ -43,6 +43,7 @@ _TICKS_S = os.sysconf("SC_CLK_TCK")
 @dataclass
 class Run:
     setup: str
+    mode: str
     shards: int
     jobs: int
     drain_s: float
@@ -100,8 +101,11 @@ def run_one(
     concurrency: int,
     seed: int,
     servers: dict[str, ServerProcess | RedisProcess],
+    window_s: float = 0.0,
 ) -> Run:
-    namespace = f"bench-{setup}-{shards}"
+    """``window_s`` 0: every job due at once (a burst); otherwise due times spread evenly over
+    the window (a steady rate of jobs / window_s)."""
+    namespace = f"bench-{setup}-{shards}-{'steady' if window_s else 'burst'}"
     queue = DelayQueue(url, namespace, shards=shards, sweep_interval_s=1.0)
     recorder = Recorder(queue, jobs)
     queue.handler(TOPIC, concurrency=concurrency, timeout=30)(recorder.record)
@@ -113,7 +117,11 @@ def run_one(
     add_cpu_before = {name: _cpu_s(_pid(s)) for name, s in servers.items()}
     for start in range(0, jobs, ADD_BATCH):
         batch = ids[start : start + ADD_BATCH]
-        queue.add_many([{"topic": TOPIC, "id": i, "at": due_ms / 1000} for i in batch])
+        specs = [
+            {"topic": TOPIC, "id": i, "at": (due_ms + _offset_ms(i, jobs, window_s)) / 1000}
+            for i in batch
+        ]
+        queue.add_many(specs)
     add_s = time.monotonic() - adding
     add_cpu = {name: _cpu_s(_pid(s)) - add_cpu_before[name] for name, s in servers.items()}
     if queue.clock.now_ms() >= due_ms:
@@ -127,10 +135,11 @@ def run_one(
     redis_cpu = {name: _cpu_s(_pid(s)) - redis_before[name] for name, s in servers.items()}
     connections = {name: _connections(s) for name, s in servers.items()}
     queue.stop(grace=5)
-    drain_s = max(0.001, (recorder.last_ms - due_ms) / 1000)
+    drain_s = max(0.001, (recorder.last_ms - due_ms) / 1000)  # includes the window
     per_1k = 1000 / jobs * 1000
     return Run(
         setup=setup,
+        mode=f"steady {jobs / window_s:.0f}/s" if window_s else "burst",
         shards=shards,
         jobs=jobs,
         drain_s=round(drain_s, 3),
@@ -144,6 +153,11 @@ def run_one(
         redis_add_cpu_ms_per_1k={k: round(v * per_1k, 1) for k, v in add_cpu.items() if v > 0},
         connections_per_node={k: v for k, v in connections.items() if v > 0},
     )
+
+
+def _offset_ms(job_id: str, jobs: int, window_s: float) -> float:
+    """Where in the window a job falls due: by its number, so the rate is even."""
+    return int(job_id.rsplit("-", 1)[1]) * window_s * 1000 / jobs
 
 
 def _pid(server: ServerProcess | RedisProcess) -> int:
@@ -166,13 +180,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, nargs="+", default=[1, 3, 6])
     parser.add_argument("--lead-s", type=float, default=8.0, help="due this long after adding")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=0.0,
+        help="spread due times over this many seconds (steady rate) instead of all at once",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain server run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     print(
         f"shard_bench: jobs={args.jobs} shards={args.shards} lead_s={args.lead_s} "
-        f"concurrency={args.concurrency} seed={args.seed} cpus={os.cpu_count()}",
+        f"concurrency={args.concurrency} window_s={args.window_s} seed={args.seed} "
+        f"cpus={os.cpu_count()}",
         file=sys.stderr,
     )
     runs: list[Run] = []
@@ -190,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.concurrency,
                         args.seed,
                         {"single": server},
+                        args.window_s,
                     )
                 )
             finally:
@@ -211,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.concurrency,
                         args.seed,
                         dict(nodes),
+                        args.window_s,
                     )
                 )
                 _show(runs[-1], args.json)
@@ -225,7 +248,7 @@ def _show(run: Run, as_json: bool) -> None:
     masters = ", ".join(f"{k}={v:g}" for k, v in run.redis_cpu_ms_per_1k.items())
     adds = ", ".join(f"{k}={v:g}" for k, v in run.redis_add_cpu_ms_per_1k.items())
     print(
-        f"{run.setup:8} shards={run.shards}: {run.jobs_per_s:>6} jobs/s "
+        f"{run.setup:8} {run.mode} shards={run.shards}: {run.jobs_per_s:>6} jobs/s "
         f"(drain {run.drain_s:.2f}s, adds {run.adds_per_s}/s); late p50 {run.late_p50_ms:.0f} ms, "
         f"p99 {run.late_p99_ms:.0f} ms, max {run.late_max_ms:.0f} ms; CPU ms per 1k jobs: "
         f"worker {run.worker_cpu_ms_per_1k:g}, redis delivering [{masters}], "

@@ -11,19 +11,20 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
 
-import redis
-
-from actors import DelayQueue, FakeClock
+from actors import DelayQueue, validation
 from actors import _constants as c
 from actors.job import Job
+from actors.queue import _schedule_ms, _seconds
 from actors.system import HandlerSpec
 
 from .det_settings import TopicPlan
 
 BodyFn = Callable[[str, str], Any]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _resolve(target: str, what: str) -> Any:
@@ -42,21 +43,46 @@ def load_specs(target: str) -> list[HandlerSpec]:
     """The handlers registered by ``target`` (a DelayQueue, or a register(queue) function)."""
     obj = _resolve(target, "--app")
     if isinstance(obj, DelayQueue):
-        queue = obj
+        specs = list(obj._handlers.values())
     elif callable(obj):
-        # A queue that never connects: registering handlers touches no server.
-        queue = DelayQueue(
-            redis.Redis(unix_socket_path="/nonexistent/redelay-sim-probe.sock"),
-            clock=FakeClock(),
-            producer_only=True,
-        )
-        obj(queue)
+        recorder = HandlerRecorder()
+        obj(recorder)
+        specs = recorder.specs
     else:
         raise SystemExit(f"--app: {target} is a {type(obj).__name__}, not a DelayQueue or function")
-    specs = list(queue._handlers.values())
     if not specs:
         raise SystemExit(f"--app: {target} registers no handlers")
     return specs
+
+
+class HandlerRecorder:
+    """Stands in for the DelayQueue a ``register(queue)`` function is given, and keeps what it
+    registers: the simulators build their own queues (a real DelayQueue talks to Redis as soon
+    as it is made). Takes ``DelayQueue.handler``'s arguments, converted the same way."""
+
+    def __init__(self) -> None:
+        self.specs: list[HandlerSpec] = []
+
+    def handler(
+        self,
+        topic: str,
+        *,
+        concurrency: int = 8,
+        timeout: float | timedelta = 30.0,
+        retry: Sequence[float | timedelta] | None = None,
+        lease: float | timedelta | None = None,
+    ) -> Callable[[F], F]:
+        validation.topic(topic)
+        validation.count(concurrency, "concurrency", 10_000)
+        timeout_ms = validation.lease_ms(_seconds(timeout, "timeout") * 1000, "timeout")
+        retry_ms = _schedule_ms(retry, "retry")
+        lease_ms = None if lease is None else validation.lease_ms(_seconds(lease, "lease") * 1000)
+
+        def register(fn: F) -> F:
+            self.specs.append(HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms))
+            return fn
+
+        return register
 
 
 def topic_plan(spec: HandlerSpec) -> TopicPlan:

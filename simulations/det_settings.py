@@ -152,9 +152,20 @@ class DetSettings:
         )
 
 
-def derive(seed: int, mode_name: str) -> DetSettings:
-    """All settings from one seed. Same seed and mode, same settings, on any machine."""
+def derive(seed: int, mode_name: str, hours: float | None = None) -> DetSettings:
+    """All settings from one seed. Same seed and mode, same settings, on any machine.
+
+    ``hours`` overrides the mode's simulated time; jobs and faults scale with it.
+    """
     mode = MODES[mode_name]
+    if hours is not None:
+        scale = hours * HOUR_MS / mode.duration_ms
+        mode = replace(
+            mode,
+            duration_ms=int(hours * HOUR_MS),
+            jobs=max(1, int(mode.jobs * scale)),
+            faults_per_kind=max(1, round(mode.faults_per_kind * scale)),
+        )
     rng = random.Random(seed)
     all_faults = mode_name in ("ci", "soak")
     enabled = [k for k in FAULT_KINDS if all_faults or rng.random() < 0.7]
@@ -191,7 +202,7 @@ def derive(seed: int, mode_name: str) -> DetSettings:
         mode=mode_name,
         duration_ms=mode.duration_ms,
         jobs=mode.jobs,
-        bursts=max(2, mode.duration_ms // (30 * MINUTE_MS)),
+        bursts=max(1, mode.duration_ms // (30 * MINUTE_MS)),
         workers=rng.randint(1, 3),
         topics=topics,
         delays=delays,

@@ -221,16 +221,19 @@ class Driver:
         )
 
 
-def reproduce_command(seed: int, mode: str, app: str | None, bodies: str | None) -> str:
+def reproduce_command(seed: int, mode: str, args: argparse.Namespace) -> str:
     flag = {"ci": " --ci", "soak": " --soak"}.get(mode, "")
-    extra = (f" --app {app}" if app else "") + (f" --bodies {bodies}" if bodies else "")
+    extra = "" if args.hours is None else f" --hours {args.hours:g}"
+    extra += (f" --app {args.app}" if args.app else "") + (
+        f" --bodies {args.bodies}" if args.bodies else ""
+    )
     return f"python -m simulations.deterministic --seed {seed}{flag}{extra}"
 
 
 def run(args: argparse.Namespace) -> int:
     mode = "ci" if args.ci else "soak" if args.soak else "default"
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
-    settings = derive(seed, mode)
+    settings = derive(seed, mode, args.hours)
     user_handlers: dict[str, Any] = {}
     if args.app:
         user_handlers, topics = load_app_handlers(args.app)
@@ -238,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) / f"deterministic-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     _log_to(out / "simulation.log", args.verbose)
-    command = reproduce_command(seed, mode, args.app, args.bodies)
+    command = reproduce_command(seed, mode, args)
     print(f"{settings.describe()}\nreproduce with: {command}", file=sys.stderr)
     work = Path(tempfile.mkdtemp(prefix="redelay-det-"))
     progress = report.Progress()
@@ -338,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"long: {MODES['soak'].duration_ms // 3_600_000} simulated hours, every fault kind",
     )
+    parser.add_argument(
+        "--hours",
+        type=float,
+        help="simulated hours instead of the mode's (jobs and faults scale with them)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--app",
@@ -359,7 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.hours is not None and not 0 < args.hours <= 24 * 365:
+        parser.error("--hours must be above 0 and at most a year")
     try:
         return run(args)
     except RedisServerNotFound as exc:

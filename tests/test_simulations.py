@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -313,7 +314,7 @@ def test_the_audit_index_finds_each_lease(store: Store, fake_clock: FakeClock) -
 # -- both simulators, CI-sized ----------------------------------------------------------------
 
 
-def _simulate(args: list[str], out: Path) -> tuple[int, dict[str, object], str]:
+def _simulate(args: list[str], out: Path) -> tuple[int, dict[str, Any], str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", *args, "--json", "--out", str(out)],
@@ -323,11 +324,11 @@ def _simulate(args: list[str], out: Path) -> tuple[int, dict[str, object], str]:
         text=True,
         timeout=280,
     )
-    summary: dict[str, object] = json.loads(done.stdout) if done.stdout.strip() else {}
+    summary: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
     return done.returncode, summary, done.stderr
 
 
-def _check_summary(summary: dict[str, object], kinds: set[str]) -> None:
+def _check_summary(summary: dict[str, Any], kinds: set[str]) -> None:
     jobs = summary["jobs"]
     assert isinstance(jobs, dict)
     assert jobs["added"] > 100
@@ -377,3 +378,28 @@ def test_bad_arguments_are_a_usage_error(flag: str) -> None:
     )
     assert done.returncode == 2
     assert "usage:" in done.stderr
+
+
+def test_your_own_handlers_run_in_the_deterministic_simulator(tmp_path: Path) -> None:
+    args = ["simulations.deterministic", "--seed", "3", "--ci", "--hours", "0.5"]
+    args += ["--app", "simulations.example_app:register"]
+    args += ["--bodies", "simulations.example_app:body"]
+    code, summary, stderr = _simulate(args, tmp_path)
+    assert code == 0, stderr[-3000:]
+    assert "order.timeout (concurrency 4, timeout 10000ms" in stderr
+    assert summary["jobs"]["added"] > 50
+    assert summary["reproduce"].endswith(
+        "--hours 0.5 --app simulations.example_app:register --bodies simulations.example_app:body"
+    )
+
+
+def test_the_guide_lists_every_exit_code_check_and_fault_kind() -> None:
+    from simulations import chaos_settings, det_settings
+
+    text = (ROOT / "docs" / "simulations.md").read_text()
+    for failure, code in EXIT_CODES.items():
+        assert f"| {code} | `{failure.value}` |" in text, failure
+    for kind in det_settings.FAULT_KINDS + chaos_settings.FAULT_KINDS:
+        assert f"| `{kind}` |" in text, kind
+    for command in ("make simulate", "make soak", "--app", "--bodies", "reproduce with"):
+        assert command in text

@@ -296,6 +296,9 @@ def run(args: argparse.Namespace) -> int:
                 "time": f"{report.hms(simulated_ms)} simulated in {real_s:.1f} s real "
                 f"({simulated_ms / 3_600_000 / (real_s / 60):.1f} simulated hours per minute), "
                 f"{steps} steps",
+                # How each step ended: idle (everything done), stable (waiting for a timer),
+                # timeout (still moving after the deadline: the step's order may vary per run).
+                "settles": ", ".join(f"{k} {n}" for k, n in sorted(settles.items())),
                 "add replies lost to killed connections": add_lost,
                 "cut short by the real-time limit": cut_short,
                 "chart": chart_note,

@@ -303,6 +303,21 @@ def test_faults_fire_only_in_storms_and_every_kind_at_least_once() -> None:
     assert all(any(s <= t <= e for s, e in periods) for t in dense)
 
 
+def test_one_seed_gives_one_plan() -> None:
+    from simulations.det_settings import derive
+    from simulations.deterministic import plan
+
+    first, again, other = derive(5, "ci"), derive(5, "ci"), derive(6, "ci")
+    assert first == again and first != other
+    events = sorted(plan(first, 0))
+    assert events == sorted(plan(again, 0))
+    assert events != sorted(plan(other, 0))
+    kinds = {e.kind for e in events}
+    assert {"add", "cancel", *first.fault_interval_ms} <= kinds
+    added = sum(len(e.data) for e in events if e.kind == "add")
+    assert added >= first.jobs + 10 * first.bursts
+
+
 def test_the_audit_index_finds_each_lease(store: Store, fake_clock: FakeClock) -> None:
     _add(store, "a")
     token = _lease_one(store, fake_clock, fake_clock.now_ms())

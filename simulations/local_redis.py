@@ -199,6 +199,10 @@ class LocalCluster:
         return self
 
     @property
+    def redis_cli(self) -> str:
+        return _redis_cli(self.binary)
+
+    @property
     def startup_nodes(self) -> list[ClusterNode]:
         return [ClusterNode(HOST, n.port) for n in self.nodes if n.alive]  # type: ignore[no-untyped-call]
 

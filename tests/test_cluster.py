@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -150,5 +151,36 @@ def test_a_master_killed_while_jobs_flow_loses_no_confirmed_job(
     flow.finish(timeout_s=40)
     assert flow.problems() == []
     assert sum(flow.log.errors.values()) > 0  # the crash was felt, and survived
+    client.close()
+    clock.close()
+
+
+def test_redis_cli_reshard_while_jobs_flow_loses_nothing(
+    fresh_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    """The operator's tool: every slot of the master holding shard 0 moves to another master."""
+    client = fresh_cluster.client()
+    clock = SystemClock()
+    store = sharded(client, clock)
+    flow = Flow(store, clock, jobs=400, add_interval_s=0.004).start()
+    source = fresh_cluster.master_of_slot(key_slot(store.shards[0].keys.jobs.encode()))
+    target = next(p for p in fresh_cluster.master_ports() if p != source)
+    done = subprocess.run(
+        [
+            fresh_cluster.redis_cli, "--cluster", "reshard", f"127.0.0.1:{source}",
+            "--cluster-from", fresh_cluster.node_id(source),
+            "--cluster-to", fresh_cluster.node_id(target),
+            "--cluster-slots", "16384", "--cluster-yes",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-500:] + done.stderr[-500:]
+    assert fresh_cluster.master_of_slot(key_slot(store.shards[0].keys.jobs.encode())) == target
+    flow.finish()
+    assert flow.problems() == []
+    for shard in store.shards:
+        assert structure_problems(shard) == []
     client.close()
     clock.close()

@@ -55,9 +55,7 @@ def crash(ref: pykka.ActorRef[Any]) -> bool:
     return True
 
 
-def crash_actor(
-    queue: DelayQueue, name: str, ref: pykka.ActorRef[Any], admin: redis.Redis
-) -> bool:
+def crash_actor(queue: DelayQueue, name: str, ref: pykka.ActorRef[Any], admin: redis.Redis) -> bool:
     """Crashes one actor; a listener blocked on Redis is unblocked so it reads the crash now."""
     sent = crash(ref)
     if sent and name.startswith("listener:"):

@@ -49,9 +49,10 @@ local function audit(stream, event, member, attempt, fields)
     args[#args + 1] = '~'
     args[#args + 1] = trim_arg
   end
-  args[#args + 1] = '*'
-  local base = {'e', event, 't', topic, 'i', id, 'a', attempt, 'ms', now_ms}
-  for _, v in ipairs(base) do args[#args + 1] = v end
+  local n = #args
+  args[n + 1], args[n + 2], args[n + 3], args[n + 4], args[n + 5] = '*', 'e', event, 't', topic
+  args[n + 6], args[n + 7], args[n + 8], args[n + 9] = 'i', id, 'a', attempt
+  args[n + 10], args[n + 11] = 'ms', now_ms
   if fields then
     for _, v in ipairs(fields) do args[#args + 1] = v end
   end

@@ -8,8 +8,11 @@
 -- Returns: {0} on success, or {-2, member...} listing members that already exist (nothing written).
 -- Errors: -2 EXISTS.
 -- Events: added {due, to=delayed|ready}. Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Publishes: the earliest new due time on the wake channel when it is earlier than every delayed
+-- job before the call; a topic on <prefix>ready when its ready list was empty.
+-- The whole batch is written with one HSET, one ZADD and one RPUSH per topic (in slices), because
+-- per-job writes cost more than the audit entries themselves (see docs/benchmarks.md).
 -- @include _lib.lua
--- @include _place.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], topics = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
@@ -21,13 +24,51 @@ for j = 0, n - 1 do
 end
 if #existing > 1 then return existing end
 
+local earliest = rcall('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
+local records, delayed, ready_by_topic, counts = {}, {}, {}, {}
+local min_new_due = nil
 for j = 0, n - 1 do
   local base = 7 + j * 4
-  local member, due_ms, record = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2]
+  local member, due_ms = ARGV[base], tonumber(ARGV[base + 1])
   local topic = split_member(member)
-  rcall('HSETNX', k.topics, topic, ARGV[base + 3])
-  rcall('HSET', k.jobs, member, record)
-  local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
+  if not counts[topic] then
+    counts[topic] = {ready = 0, delayed = 0}
+    ready_by_topic[topic] = {}
+    rcall('HSETNX', k.topics, topic, ARGV[base + 3])
+  end
+  records[#records + 1] = member
+  records[#records + 1] = ARGV[base + 2]
+  local state
+  if due_ms <= now_ms then
+    state = 'ready'
+    local list = ready_by_topic[topic]
+    list[#list + 1] = member
+  else
+    state = 'delayed'
+    delayed[#delayed + 1] = due_ms
+    delayed[#delayed + 1] = member
+    if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
+  end
+  counts[topic][state] = counts[topic][state] + 1
   audit(k.audit, 'added', member, 1, {'due', due_ms, 'to', state})
+end
+
+-- Slices of 1000 values keep unpack() under Lua's limit and pairs (field value, score member)
+-- together.
+rcall_each_slice('HSET', k.jobs, records)
+rcall_each_slice('ZADD', k.delayed, delayed)
+for topic, list in pairs(ready_by_topic) do
+  if #list > 0 then
+    local before = rcall('LLEN', ready_key(topic))
+    rcall_each_slice('RPUSH', ready_key(topic), list)
+    if before == 0 then ready_notice(topic) end
+  end
+  for state, delta in pairs(counts[topic]) do
+    if delta > 0 then rcall('HINCRBY', k.counts, topic .. '|' .. state, delta) end
+  end
+end
+if wake_channel ~= '' and min_new_due ~= nil
+    and (#earliest == 0 or min_new_due < tonumber(earliest[2])) then
+  rcall('PUBLISH', wake_channel, min_new_due)
 end
 return {0}

@@ -135,7 +135,7 @@ class RedisSyncedClock(SystemClock):
     Processes whose system clocks are skewed still agree on when a job is due. The offset is
     measured at start and refreshed every ``refresh_ms``. What remains is half the round trip of
     the measurement (the midpoint is assumed) plus the local clock's drift between refreshes:
-    well under a millisecond on loopback, a few ms across a data centre (see docs/concepts.md).
+    well under a millisecond on loopback, a few ms across a data centre (see docs/lifecycle.md).
     """
 
     def __init__(self, client: redis.Redis, refresh_ms: int = 60_000) -> None:

@@ -1,7 +1,7 @@
 """The job lifecycle as a small pure model: no Redis, no threads.
 
 It is the oracle the stateful tests compare the Lua scripts against, the rule book the replay
-checks the audit stream with, and the source of the state diagram in docs/concepts.md
+checks the audit stream with, and the source of the state diagram in docs/lifecycle.md
 (``python -m actors.model`` prints it). An illegal transition raises and changes nothing.
 """
 

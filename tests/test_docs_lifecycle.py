@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import actors.model
+from actors.clock import RedisSyncedClock
 from actors.model import state_diagram
 
 LIFECYCLE_DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
@@ -38,3 +40,14 @@ def test_a_changed_diagram_is_noticed() -> None:
     edited = LIFECYCLE_DOC.read_text().replace("leased --> dead: dead", "leased --> ready: dead")
     [block] = mermaid_blocks(edited)
     assert block != state_diagram()
+
+
+def test_the_model_points_at_the_page_that_holds_the_diagram() -> None:
+    assert actors.model.__doc__ is not None
+    assert "docs/lifecycle.md" in actors.model.__doc__
+
+
+def test_the_clock_points_at_the_page_that_explains_its_error() -> None:
+    assert RedisSyncedClock.__doc__ is not None
+    assert "docs/lifecycle.md" in RedisSyncedClock.__doc__
+    assert "What remains, for each process, is the error of its offset" in LIFECYCLE_DOC.read_text()

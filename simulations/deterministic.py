@@ -107,8 +107,8 @@ class Driver:
         self.order = len(self.events)
         self.steps = 0
         self.rng = random.Random(f"{settings.seed}:driver")
-        # The shortest step for now: it grows while steps change nothing (a timer that keeps
-        # firing in the past would otherwise hold the clock to min_step_ms forever).
+        # The step while a timer is overdue: it grows while steps change nothing (a timer that
+        # keeps re-arming in the past would otherwise hold the clock to min_step_ms forever).
         self.floor_ms = settings.min_step_ms
         self.cut_short = False
 
@@ -159,7 +159,12 @@ class Driver:
             candidates.append(int(earliest[0][1]))
         if limit_ms is not None and now < limit_ms:
             candidates.append(limit_ms)
-        return max(now + self.floor_ms, min(candidates))
+        # A timer already due hides the next ones: step by the floor, which only grows while
+        # such steps change nothing (a timer that keeps re-arming in the past). Otherwise the
+        # clock goes exactly to the next timer, so no timeout or expiry is skipped over.
+        next_timer = w.clock.next_timer_ms()
+        overdue = next_timer is not None and next_timer <= now
+        return max(now + (self.floor_ms if overdue else s.min_step_ms), min(candidates))
 
     def fire_due(self, now: int, busy: bool) -> bool:
         """Fires the planned events due by ``now`` of one phase (busy or quiet)."""

@@ -56,6 +56,12 @@ class Replay:
             return
         job = self.jobs.get(key)
         before = job.state if job is not None else State.NEW
+        ended = self.ended.get(key)
+        if job is None and ended is not None and event not in (Event.ADDED, Event.REPLACED):
+            # The job's end is in the stream, so this is not trimmed history: nothing may follow
+            # an ack or a cancel except a new add of the same (topic, id).
+            self.anomalies.append(f"{entry_id}: {event} after the job was {ended}")
+            return
         if job is None and event is Event.REPLACED:
             before = State(fields["was"])  # its earlier events were trimmed; replace resets all
         elif job is None and event is not Event.ADDED:

@@ -55,6 +55,21 @@ def test_history_lists_one_jobs_events_in_order(store: Store, fake_clock: FakeCl
     assert history(store.iter_audit(), "t", "nobody") == []
 
 
+def test_an_event_after_the_job_was_acked_is_an_anomaly_not_trimmed_history(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    store.add(store.new_job("t", "a"))
+    (lease,) = store.lease("t", 1)
+    store.ack("t", "a", lease.token)
+    entries = list(store.iter_audit())
+    # A broken ack that left the job leased would be followed by an expiry:
+    forged = dict(entries[-2][1], e="expired", due=str(fake_clock.now_ms()), to="delayed")
+    replay = fold([*entries, ("9999999999999-0", forged)])
+    assert len(replay.anomalies) == 1
+    assert "after the job was acked" in replay.anomalies[0]
+    assert ("t", "a") not in replay.jobs
+
+
 def test_fold_until_a_time_gives_the_state_at_that_time(
     store: Store, fake_clock: FakeClock
 ) -> None:

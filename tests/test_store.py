@@ -319,6 +319,18 @@ def test_lease_hands_out_the_oldest_ready_jobs_up_to_the_limit(
     assert_clean(store)
 
 
+def test_lease_skips_a_ready_member_without_a_record_and_still_leases_the_rest(
+    store: Store,
+) -> None:
+    for name in ("a", "b", "c"):
+        store.add(store.new_job("t", name))
+    store.client.hdel(store.keys.jobs, "t|b")  # a hand edit (or a bug) behind the scripts' back
+    leases = store.lease("t", 3)
+    assert [lease.id for lease in leases] == ["a", "c"]
+    assert ready_list(store) == []
+    assert store.stats()["t"]["leased"] == 2
+
+
 def test_lease_of_an_empty_topic_returns_nothing_and_writes_nothing(
     store: Store, audit: AuditCursor
 ) -> None:

@@ -22,9 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from actors._scripts import sources
+
 from . import chart, redis_limit, report, targets
 from .profiling import profile_redelay
-from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario
+from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario, snapshot_code
 from .scenarios import Scenario, full_plan, quick_plan, tiny_plan
 from .server import can_pin, pin_clients
 from .sweep import concurrency_sweep
@@ -184,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     load: dict[str, Any] = {"start": list(os.getloadavg())}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="redelay-bench-") as workdir:
-        context = RunContext(Path(workdir), args.seed)
+        code_dir = Path(workdir) / "code"
+        code = snapshot_code(code_dir)
+        sources()  # the in-process script measurements use the scripts as they are now, too
+        print(f"code: {code}", flush=True)
+        context = RunContext(Path(workdir), args.seed, code_dir=code_dir)
         records, skipped = run_all(systems, plan, context, load)
         limit: dict[str, Any] = {}
         if not args.no_limit:
@@ -222,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.mode, f"python -m simulations.bench --{args.mode}"
         ),
         "seed": args.seed,
+        "code": code,
         "wall_s": round(time.monotonic() - started, 1),
         "pinned": can_pin(),
         "machine": report.machine(),

@@ -128,7 +128,9 @@ def profile_redelay(context: RunContext, jobs: int, concurrency: int) -> dict[st
     workdir.mkdir(parents=True, exist_ok=True)
     raw_path = workdir / "redelay-profile.txt"
     env = {**context.extra_env, "BENCH_REDELAY_CONCURRENCY": str(concurrency)}
-    profiled = RunContext(workdir, context.seed, profile_to=raw_path, extra_env=env)
+    profiled = RunContext(
+        workdir, context.seed, profile_to=raw_path, extra_env=env, code_dir=context.code_dir
+    )
     scenario = Scenario("profile-immediate", "immediate", jobs, "batch", deliver=True, wait_s=300)
     record = run_scenario(BY_NAME["redelay"], scenario, profiled)
     if not raw_path.exists():

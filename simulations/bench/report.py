@@ -427,6 +427,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
     first_steady = steady[0] if steady else {}
     return {
         "generated_at": results["generated_at"],
+        "code": _code(results.get("code") or {}),
         "mode": results["mode"],
         "command": results["command"],
         "targets_table": targets_table(results["targets"]),
@@ -494,6 +495,16 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "lateness_chart": _image(results, "lateness", "Lateness percentiles under steady load"),
         "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
     }
+
+
+def _code(code: dict[str, Any]) -> str:
+    if not code.get("commit"):
+        return "the working tree (no git commit found)"
+    text = f"commit {code['commit']} ({code.get('commit_time', '')})"
+    uncommitted = code.get("uncommitted") or []
+    if uncommitted:
+        text += f" plus uncommitted changes to {', '.join(uncommitted)}"
+    return text
 
 
 def _image(results: dict[str, Any], name: str, alt: str) -> str:

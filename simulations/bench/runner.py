@@ -103,6 +103,29 @@ class RunContext:
     enqueue_rate_hint: dict[str, float] = field(default_factory=dict)
     profile_to: Path | None = None  # attach py-spy to workers, writing raw stacks here
     extra_env: dict[str, str] = field(default_factory=dict)  # for the agents (experiments)
+    code_dir: Path | None = None  # a snapshot of the code the agents import (see snapshot_code)
+
+
+SNAPSHOT_PARTS = ("actors", "lua", "simulations")
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def snapshot_code(directory: Path) -> dict[str, Any]:
+    """Copies the code every agent will import, so a run measures one version of redelay even
+    while the checkout changes under it (several people commit to it). Returns its provenance."""
+    ignore = shutil.ignore_patterns("__pycache__", "node_modules", "out", "*.pyc")
+    for part in SNAPSHOT_PARTS:
+        shutil.copytree(REPO_ROOT / part, directory / part, ignore=ignore)
+    changed = _git("status", "--porcelain", "--", "actors", "lua")
+    return {
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "commit_time": _git("log", "-1", "--format=%cd", "--date=format:%Y-%m-%d %H:%M"),
+        "uncommitted": [line[3:] for line in changed.splitlines() if line.strip()],
+    }
 
 
 def agent_command(system: SystemInfo, spec_path: Path) -> list[str]:
@@ -152,14 +175,19 @@ def start_agent(
     spec.write(spec_path)
     log_path = directory / f"{stem}.log"
     with log_path.open("wb") as log:
+        env = {**os.environ, **context.extra_env}
+        if context.code_dir is not None:  # the snapshot comes before the editable install
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(context.code_dir), env.get("PYTHONPATH", "")) if p
+            )
         process = subprocess.Popen(
             agent_command(system, spec_path),
-            cwd=REPO_ROOT,
+            cwd=context.code_dir or REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so stop() ends helpers it forked
-            env={**os.environ, **context.extra_env},
+            env=env,
         )
     return Agent(process, spec, log_path)
 

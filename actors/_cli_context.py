@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import redis
 
 from ._cli_output import CliError, Exit
-from ._namespace_config import stored_shards
+from ._namespace_config import stored_retention, stored_shards
 from .clock import RedisSyncedClock
 from .embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
 from .errors import ConfigError, RedisServerNotFound
@@ -88,10 +88,14 @@ class Context:
             name = namespace(self.args)
             # Read, never record: inspecting a namespace must not create its configuration.
             shards = stored_shards(client, name) or 1
+            # Trim as the namespace's workers do, or a CLI write would delete their history.
+            retention = stored_retention(client, name)
             if shards == 1 and isinstance(client, redis.Redis):
-                self._store = Store(client, name, self._clock)
+                self._store = Store(client, name, self._clock, retention=retention)
             else:
-                self._store = ShardedStore(client, name, self._clock, shards=shards)
+                self._store = ShardedStore(
+                    client, name, self._clock, shards=shards, retention=retention
+                )
         return self._store
 
     def shards(self) -> list[Store]:

@@ -1,4 +1,4 @@
-"""The namespace's stored configuration: how many shards it has.
+"""The namespace's stored configuration: how many shards it has, and its audit retention.
 
 Stored once, in the HASH ``redelay:{<namespace>}:config`` (its own hash tag, so it lives on one
 node whatever the shards do). The first process to use a namespace records its shard count;
@@ -14,8 +14,10 @@ from . import _constants as c
 from . import validation
 from .errors import ConfigError
 from .keys import ShardKeys
+from .store import AuditRetention
 
 SHARDS_FIELD = "shards"
+RETENTION_FIELDS = ("audit_trim", "audit_maxlen", "audit_retention_ms")
 SHARDS_MAX = 1_024  # each shard costs every carrier and sweeper one script call per round
 
 
@@ -75,3 +77,39 @@ def ensure_shards(client: Any, namespace: str, shards: int | None = None) -> int
             f"with shards={recorded} (or leave shards unset to adopt it), or use a new namespace."
         )
     return recorded
+
+
+def stored_retention(client: Any, namespace: str) -> AuditRetention | None:
+    """The recorded audit retention, or None when none is recorded."""
+    raw = client.hmget(config_key(validation.namespace(namespace)), *RETENTION_FIELDS)
+    if raw[0] is None:
+        return None
+    kind, maxlen, retention_ms = (v.decode() if isinstance(v, bytes) else str(v) for v in raw)
+    if kind not in ("MAXLEN", "MINID", "NONE"):
+        raise ConfigError(f"{config_key(namespace)} holds audit_trim={kind!r}")
+    return AuditRetention(kind, int(maxlen), int(retention_ms))  # type: ignore[arg-type]
+
+
+def ensure_retention(
+    client: Any, namespace: str, retention: AuditRetention | None = None
+) -> AuditRetention:
+    """The retention every process of the namespace trims the audit stream with.
+
+    Each script call trims the stream, so a process with a shorter retention (a CLI command, a
+    web app that only adds) would delete history the workers were configured to keep. Given
+    explicitly, ``retention`` is recorded for everyone (the last explicit setting wins); left
+    unset, the recorded one is used, else the default.
+    """
+    if retention is not None:
+        client.hset(
+            config_key(validation.namespace(namespace)),
+            mapping=dict(
+                zip(
+                    RETENTION_FIELDS,
+                    (retention.kind, str(retention.maxlen), str(retention.retention_ms)),
+                    strict=True,
+                )
+            ),
+        )
+        return retention
+    return stored_retention(client, namespace) or AuditRetention()

@@ -44,7 +44,7 @@ from redis.exceptions import RedisClusterException
 
 from . import _constants as c
 from . import validation
-from ._namespace_config import ensure_shards
+from ._namespace_config import ensure_retention, ensure_shards
 from ._script_batch import ScriptBatch, ScriptCall, WaitFor
 from ._scripts import ScriptRunner
 from .clock import Clock
@@ -596,6 +596,7 @@ def open_store(
     can block on the ready list); a :class:`ShardedStore` otherwise.
     """
     count = ensure_shards(client, namespace, shards)
+    retention = ensure_retention(client, namespace, retention)
     if count == 1 and durability is None and not isinstance(client, RedisCluster):
         return Store(
             client, namespace, clock, retention=retention, default_topic_config=default_topic_config

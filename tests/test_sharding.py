@@ -14,7 +14,7 @@ from actors.jobstore import JobStore
 from actors.keys import shard_of
 from actors.replay import compare, fold
 from actors.sharding import PartialAddError, ShardedStore, open_store, ready_channel
-from actors.store import Store, TopicConfig
+from actors.store import AuditRetention, Store, TopicConfig
 
 SHARDS = 3
 
@@ -304,3 +304,17 @@ def test_scripts_publish_a_ready_notice_when_a_list_fills_or_a_lease_leaves_jobs
     store.carry()  # onto u's empty list
     assert notices() == ["u"]
     pubsub.close()
+
+
+def test_audit_retention_is_recorded_for_the_namespace_and_adopted_by_later_processes(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    kept = AuditRetention(kind="MINID", retention_ms=30 * 24 * 3600 * 1000)
+    worker = open_store(redis_client, "kept", fake_clock, retention=kept)
+    # A process that does not say (a CLI command, a web app) trims as the workers do.
+    producer = open_store(redis_client, "kept", fake_clock)
+    other = open_store(redis_client, "other", fake_clock)
+    assert isinstance(worker, Store) and isinstance(producer, Store) and isinstance(other, Store)
+    assert worker.retention == kept
+    assert producer.retention == kept
+    assert other.retention == AuditRetention()

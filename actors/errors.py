@@ -27,6 +27,7 @@ class ValidationError(RedelayError, ValueError):
     def __init__(self, field: str, message: str, limit: str = "") -> None:
         self.field = field
         self.limit = limit
+        self.message = message
         text = f"{field}: {message}"
         if limit:
             text += f" (limit: {limit})"

@@ -221,7 +221,7 @@ class DelayQueue:
                     )
                 )
             except ValidationError as exc:
-                raise ValidationError(f"jobs[{n}].{exc.field}", str(exc), exc.limit) from None
+                raise ValidationError(f"jobs[{n}].{exc.field}", exc.message, exc.limit) from None
         return self.store.add_many(built, replace=replace)
 
     def cancel(self, topic: str, job_id: str) -> bool:

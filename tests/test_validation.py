@@ -316,3 +316,19 @@ def test_a_bad_item_late_in_a_batch_writes_nothing_for_the_good_ones(
     refused(store, lambda: store.fail_many(fails), "retry_after")
     info = store.get("t", "leased")
     assert info is not None and info.state == "leased"
+
+
+def test_the_facades_add_many_names_the_item_and_its_field_once(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    from actors import DelayQueue
+
+    queue = DelayQueue(redis_client, "facade", clock=fake_clock, producer_only=True)
+    good = {"topic": "t", "id": "ok"}
+    error = refused(
+        queue.store,  # type: ignore[arg-type]
+        lambda: queue.add_many([good, {"topic": "t|x", "id": "j"}]),
+        "jobs[1].topic",
+    )
+    assert str(error).count("(limit:") == 1, error
+    assert str(error).count("topic:") == 1, error

@@ -26,6 +26,7 @@ class Exit(IntEnum):
     EXISTS = 4  # add without --replace of a job that exists
     BUSY = 5  # verify: the state kept changing while it was read
     WORKER_FAILED = 6  # worker: a handler pool died or did not stop within --grace
+    REDIS_REFUSED = 7  # Redis answered with an error (out of memory, read-only replica, ...)
     INTERRUPTED = 130  # Ctrl-C during long work (128 + SIGINT)
 
 

@@ -22,7 +22,8 @@ from ._cli_output import CliError, Exit, print_json
 from .errors import ConfigError, ValidationError
 
 EPILOG = """exit codes: 0 ok, 1 not found or drift, 2 usage or bad input, 3 no Redis,
-4 job exists, 5 busy (verify), 6 worker failed, 130 interrupted. Details: docs/cli.md"""
+4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted.
+Details: docs/cli.md"""
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -171,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(ctx, Exit.USAGE, "config", str(exc))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return _fail(ctx, Exit.NO_REDIS, "no_redis", f"lost the connection to Redis: {exc}")
+    except redis.RedisError as exc:
+        # e.g. OOM under maxmemory: nothing was written (scripts refuse before their first write).
+        return _fail(ctx, Exit.REDIS_REFUSED, "redis_refused", f"Redis refused: {exc}")
     except KeyboardInterrupt:
         return _fail(ctx, Exit.INTERRUPTED, "interrupted", "interrupted")
     except BrokenPipeError:

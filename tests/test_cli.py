@@ -518,3 +518,17 @@ def test_sigterm_during_a_command_stops_the_embedded_server(tmp_path: Path) -> N
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
     assert not os.path.exists(socket_path_for(data.resolve()))
+
+
+def test_a_redis_that_refuses_writes_gives_its_own_exit_code_not_a_traceback(
+    redis_factory: Any,
+) -> None:
+    server = redis_factory()
+    client = server.client()
+    client.set("ballast", b"x" * 2_000_000)
+    client.config_set("maxmemory", "1mb")  # now over maxmemory: noeviction refuses writes
+    result = run("--redis", server.url, "--namespace", NS, "add", "t", "j1")
+    assert result.returncode == 7, result.stderr
+    assert "Redis refused" in result.stderr and "maxmemory" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert client.exists(f"redelay:{{{NS}.0}}:jobs") == 0

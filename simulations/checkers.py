@@ -33,6 +33,7 @@ from actors.store import Snapshot
 from .ledger import FaultRow, Key, LedgerData, RunRow
 
 Entry = tuple[str, dict[str, str]]
+LeaseId = tuple[Key, str]  # (the job, its lease token)
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1  # the simulator itself failed (a traceback says where)
@@ -174,13 +175,17 @@ class Verdict:
 
 
 class AuditIndex:
-    """The stream, grouped per job, with each lease token's position."""
+    """The stream, grouped per job, with each lease's position.
+
+    A lease is named by its job and its token: a token is ``<now_ms>-<seq>`` with the shard's
+    own counter, so two shards leasing in the same millisecond hand out the same token to
+    different jobs. Only a token reused for the same job is an error."""
 
     def __init__(self, entries: Iterable[Entry]) -> None:
         self.by_key: dict[Key, list[tuple[int, dict[str, str]]]] = defaultdict(list)
-        self.lease_pos: dict[str, int] = {}
-        self.lease_ms: dict[str, int] = {}
-        self.lease_by: dict[str, str] = {}
+        self.lease_pos: dict[LeaseId, int] = {}
+        self.lease_ms: dict[LeaseId, int] = {}
+        self.lease_by: dict[LeaseId, str] = {}
         self.reused_tokens: list[tuple[Key, str]] = []
         self.ids: list[str] = []
         for pos, (entry_id, fields) in enumerate(entries):
@@ -189,11 +194,12 @@ class AuditIndex:
             self.by_key[key].append((pos, fields))
             if fields.get("e") == "leased":
                 token = fields.get("tok", "")
-                if token in self.lease_pos:
-                    self.reused_tokens.append((key, token))
-                self.lease_pos[token] = pos
-                self.lease_ms[token] = int(fields.get("ms", 0))
-                self.lease_by[token] = fields.get("by", "")
+                lease = (key, token)
+                if lease in self.lease_pos:
+                    self.reused_tokens.append(lease)
+                self.lease_pos[lease] = pos
+                self.lease_ms[lease] = int(fields.get("ms", 0))
+                self.lease_by[lease] = fields.get("by", "")
 
     def server_ms(self, pos: int) -> int:
         """The server's time when the entry was written (the ms part of its stream id)."""
@@ -286,7 +292,7 @@ def check_cancelled(ev: Evidence, index: AuditIndex) -> list[Violation]:
         for run in runs.get(cancel.key, []):
             if run.seq < cancel.seq:
                 continue
-            lease_pos = index.lease_pos.get(run.token)
+            lease_pos = index.lease_pos.get((run.key, run.token))
             if marker_pos is None or lease_pos is None or lease_pos > marker_pos:
                 found.append(
                     Violation(
@@ -451,8 +457,8 @@ def _explain(
 ) -> str | None:
     if previous.token == run.token:
         return None  # the same lease delivered twice: nothing can explain it
-    start = index.lease_pos.get(previous.token)
-    end = index.lease_pos.get(run.token)
+    start = index.lease_pos.get((key, previous.token))
+    end = index.lease_pos.get((key, run.token))
     if start is None or end is None or end < start:
         return None
     for fields in index.between(key, start, end):
@@ -473,9 +479,9 @@ def _expiry_cause(
     """The fault that most likely cost the lease: the last one that hit the consumer holding
     it while it was held (a fault's detail starts with the consumer it hit), else the last
     fault that hits every consumer, else none."""
-    held_from = index.lease_ms[previous.token] - 1
+    held_from = index.lease_ms[(previous.key, previous.token)] - 1
     held_to = int(expired.get("ms", 0))
-    holder = index.lease_by.get(previous.token, "")
+    holder = index.lease_by.get((previous.key, previous.token), "")
     during = [f for f in faults if held_from <= f.at_ms <= held_to]
     mine = [f for f in during if holder and f.detail.split(" ", 1)[0] == holder]
     if mine:

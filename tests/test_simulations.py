@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from actors.clock import FakeClock
 from actors.store import Snapshot, Store, TopicConfig
@@ -322,8 +323,34 @@ def test_the_audit_index_finds_each_lease(store: Store, fake_clock: FakeClock) -
     _add(store, "a")
     token = _lease_one(store, fake_clock, fake_clock.now_ms())
     index = AuditIndex(store.audit_entries())
-    assert index.lease_by[token] == "w1.1"
-    assert index.first((T, "a"), ["leased"]) == index.lease_pos[token]
+    assert index.lease_by[((T, "a"), token)] == "w1.1"
+    assert index.first((T, "a"), ["leased"]) == index.lease_pos[((T, "a"), token)]
+
+
+def test_two_shards_may_give_two_jobs_the_same_token(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    """A token is unique per shard (``<now_ms>-<seq>``, the shard's counter): two shards
+    leasing in the same millisecond give their jobs equal tokens. That is no reuse, and each
+    run is matched with its own job's lease."""
+    shards = [Store(redis_client, "sim", fake_clock, shard=s) for s in (0, 1)]
+    jobs, runs, tokens = [], [], []
+    for n, shard in enumerate(shards):
+        jobs.append(_add(shard, f"j{n}"))
+        (lease,) = shard.lease(T, 1, "w1.1")
+        shard.ack(T, lease.id, lease.token)
+        tokens.append(lease.token)
+        runs.append(_run(n + 1, jobs[-1], lease.token, fake_clock.now_ms(), "ok"))
+    assert tokens[0] == tokens[1]
+    audit = shards[0].audit_entries() + shards[1].audit_entries()  # each job in one shard
+    live = Snapshot({**shards[0].snapshot().jobs, **shards[1].snapshot().jobs})
+    ledger = LedgerData({j.key: j for j in jobs}, [], runs, [])
+    verdict = check_all(Evidence(ledger, audit, live))
+    assert verdict.failures == []
+    assert verdict.outcomes == {"acked": 2, "jobs": 2}
+    index = AuditIndex(audit)
+    assert index.reused_tokens == []
+    assert index.lease_pos[((T, "j0"), tokens[0])] != index.lease_pos[((T, "j1"), tokens[1])]
 
 
 # -- both simulators, CI-sized ----------------------------------------------------------------

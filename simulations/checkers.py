@@ -494,7 +494,16 @@ def _expiry_cause(
 
 # Faults that hit every consumer at once (the others name the consumer they hit first thing in
 # their detail).
-GLOBAL_FAULTS = frozenset({"connection_drop", "connection_kill", "clock_jump", "redis_restart"})
+GLOBAL_FAULTS = frozenset(
+    {
+        "connection_drop",
+        "connection_kill",
+        "clock_jump",
+        "redis_restart",
+        "master_kill",
+        "slot_migration",
+    }
+)
 
 
 # -- lateness ----------------------------------------------------------------------------------

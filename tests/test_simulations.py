@@ -194,6 +194,25 @@ def test_a_duplicate_after_an_expired_lease_is_explained(
     assert verdict.duplicates.by_cause == {"expired lease after worker_abandon": 1}
 
 
+@pytest.mark.parametrize("kind", ["master_kill", "slot_migration"])
+def test_a_cluster_fault_explains_any_lease_it_cost(
+    store: Store, fake_clock: FakeClock, kind: str
+) -> None:
+    """A master kill or a slot migration hits every consumer of the shard, whoever it is."""
+    store.configure_topic(T, TopicConfig((1_000,), 1_000))
+    job = _add(store, "a")
+    first = _lease_one(store, fake_clock, job.due_ms)
+    fault = FaultRow(1, fake_clock.now_ms(), kind, "127.0.0.1:30001")
+    fake_clock.advance(1_000)
+    assert store.expire()[0] == 1
+    second = _lease_one(store, fake_clock, fake_clock.now_ms() + 1_000)
+    store.ack(T, "a", second)
+    runs = [_run(1, job, first, job.due_ms, "ok"), _run(2, job, second, job.due_ms, "ok")]
+    verdict = check_all(_evidence(store, [job], runs, faults=[fault]))
+    assert verdict.failures == []
+    assert verdict.duplicates.by_cause == {f"expired lease after {kind}": 1}
+
+
 def test_a_retry_after_the_handler_raised_is_no_duplicate(
     store: Store, fake_clock: FakeClock
 ) -> None:

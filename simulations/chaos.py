@@ -3,8 +3,14 @@ rate with mixed delays, while this driver SIGKILLs and SIGTERMs workers and rest
 client connections on the Redis side, and restarts redis-server itself (append-only file,
 ``appendfsync always``). Bounded in time; it stops by itself.
 
+With ``--cluster`` the same runs on a local Redis Cluster of 3 masters + 3 replicas (every node
+append-only) and a namespace of ``--shards`` shards (3); instead of restarting redis-server the
+driver kills masters (their replicas take over; the killed node comes back as a replica) and
+migrates a shard's slot to another master while jobs flow (simulations.chaos_redis).
+
     python -m simulations.chaos --seed 7 --duration 40           # CI-sized
     python -m simulations.chaos --seed 7 --duration 600 --json   # a soak
+    python -m simulations.chaos --seed 7 --duration 30 --cluster --shards 3
 
 After ``--duration`` seconds the faults and the producer stop, every worker is brought back, and
 the run waits until every job is finished (or a drain limit passes); then the checkers read the
@@ -33,17 +39,17 @@ from typing import Any
 
 import redis
 
-from actors import AuditRetention, DelayQueue, JobExistsError, SystemClock
-from actors.embedded import RedisProcess
+from actors import AuditRetention, DelayQueue, JobExistsError
 from actors.errors import RedisServerNotFound
-from actors.store import Store
+from actors.sharding import Durability, NotReplicatedError
 
-from . import chart, faults, report
+from . import chart, report
 from ._processes import Workers
 from ._user_app import load_app_handlers, load_bodies
+from .chaos_redis import deployment
 from .chaos_settings import ChaosSettings, derive
 from .chaos_worker import DEFAULT_NAMESPACE
-from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, Evidence, check_all
+from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, EXIT_USAGE, Evidence, check_all
 from .ledger import JobRow, Ledger
 from .workload import fault_times, storms
 
@@ -53,15 +59,26 @@ log = logging.getLogger("simulations.chaos")
 # measured round trip; on top of that, whole milliseconds (each side truncates).
 EARLY_TOLERANCE_FLOOR_MS = 2
 _TICK_S = 0.05
+# A master kill or slot migration due while the cluster heals from the last kill waits this long.
+_DEFER_S = 0.5
+DEFAULT_CLUSTER_SHARDS = 3  # one per master, if the hash tags land that way
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ClusterStartError(RuntimeError):
+    """The machine cannot run a local Redis Cluster (no redis-cli, no free ports, ...)."""
+
+
 class Producer(threading.Thread):
     """Adds jobs at a steady rate and cancels some of them; writes both to the ledger. A job is
-    in the ledger once ``add`` returned for it; an add that fails (Redis down) is retried as is."""
+    in the ledger once ``add`` returned for it; an add that fails (Redis down) is retried as is.
+
+    On a cluster adds wait for a replica (``Durability``): an add the master acknowledged but
+    had not replicated when it was killed would be lost, as docs/scaling.md says, and the
+    ``lost`` check would rightly fail the run."""
 
     def __init__(
         self, settings: ChaosSettings, url: str, ledger: Ledger, body: Any, namespace: str
@@ -71,13 +88,19 @@ class Producer(threading.Thread):
         self.ledger = ledger
         self.body = body
         self.queue = DelayQueue(
-            url, namespace, retention=AuditRetention("NONE"), producer_only=True
+            url,
+            namespace,
+            retention=AuditRetention("NONE"),
+            producer_only=True,
+            shards=settings.shards if settings.cluster else None,
+            durability=Durability(1, settings.add_wait_ms) if settings.add_wait_ms else None,
         )
         self.rng = random.Random(f"{settings.seed}:producer")
         self.stopping = threading.Event()
         self.added = 0
         self.cancels: list[tuple[float, str, str]] = []
         self.add_replies_lost = 0
+        self.not_replicated = 0
         self.retries = 0
 
     def run(self) -> None:
@@ -129,6 +152,12 @@ class Producer(threading.Thread):
             except JobExistsError:
                 self.add_replies_lost += 1  # an earlier try went in; its reply was lost
                 break
+            except NotReplicatedError:
+                # On the master, not yet on its replica: the master just took over and its
+                # old node has not rejoined. The driver kills no master before that node is
+                # back in sync, so these jobs are owed like any other.
+                self.not_replicated += 1
+                break
             except redis.RedisError:
                 self.retries += 1
                 if self.stopping.wait(0.1):
@@ -164,13 +193,15 @@ class Chaos:
         self.settings = settings
         self.progress = progress
         self.rng = random.Random(f"{settings.seed}:faults")
-        self.redis = RedisProcess(
-            work / "redis", appendonly=True, appendfsync=settings.appendfsync
-        ).start()
-        self.admin = self.redis.client()
+        try:
+            self.deployment = deployment(settings, work, self.rng, DEFAULT_NAMESPACE)
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            if not settings.cluster:
+                raise
+            raise ClusterStartError(str(exc)) from exc
         self.ledger = Ledger(work / "ledger.sqlite")
         env = {
-            "REDELAY_SIM_URL": self.redis.url,
+            "REDELAY_SIM_URL": self.deployment.url,
             "REDELAY_SIM_LEDGER": str(work / "ledger.sqlite"),
             "REDELAY_SIM_SETTINGS": settings.to_json(),
         }
@@ -178,12 +209,12 @@ class Chaos:
             env["REDELAY_SIM_APP"] = app
         self.workers = Workers(settings.workers, env, out / "workers", settings.stop_grace_s)
         self.producer = Producer(
-            settings, self.redis.url, self.ledger, load_bodies(bodies), DEFAULT_NAMESPACE
+            settings, self.deployment.url, self.ledger, load_bodies(bodies), DEFAULT_NAMESPACE
         )
-        self.store = Store(self.admin, DEFAULT_NAMESPACE, SystemClock())
+        self.store = self.deployment.store
         self.started_ms = now_ms()
-        self.redis_down = False
         self.drain_s = 0.0
+        self.deferred = 0
 
     def record(self, kind: str, detail: str) -> None:
         self.ledger.fault(now_ms(), kind, detail)
@@ -206,9 +237,17 @@ class Chaos:
         started = time.monotonic()
         events = self.schedule()
         while (elapsed := time.monotonic() - started) < s.duration_s:
+            later = []
             while events and events[0][0] <= elapsed:
-                _, _, kind = heapq.heappop(events)
-                self.fire(kind)
+                _, n, kind = heapq.heappop(events)
+                if self.deployment.ready(kind):
+                    self.fire(kind)
+                else:  # the cluster is still healing from the last master kill: try again soon
+                    self.deferred += 1
+                    later.append((elapsed + _DEFER_S, n, kind))
+            for event in later:
+                heapq.heappush(events, event)
+            self.deployment.tend()
             self.workers.tend()
             self.show(elapsed)
             time.sleep(_TICK_S)  # the driver's own pace between fault checks
@@ -227,24 +266,15 @@ class Chaos:
             signum = signal.SIGKILL if kind == "worker_sigkill" else signal.SIGTERM
             self.workers.signal(name, signum, self.rng.uniform(*s.restart_after_s))
             self.record(kind, f"{consumer}")
-        elif kind == "connection_kill":
-            variant = self.rng.choice(["normal", "pubsub", "one"])
-            try:
-                self.record(kind, faults.kill_connections(self.admin, variant, self.rng))
-            except redis.RedisError as exc:
-                log.warning("CLIENT KILL failed: %s", exc)
-        elif kind == "redis_restart":
-            down_s = self.rng.uniform(*s.redis_down_s)
-            self.redis_down = True
-            self.redis.kill()
-            time.sleep(down_s)  # Redis stays down this long: part of the fault
-            self.redis.start()
-            self.redis_down = False
-            # Logged when Redis is back, so jobs due while it was down count as after it.
-            self.record(kind, f"SIGKILL, down {down_s:.2f}s")
+        else:
+            detail = self.deployment.fire(kind)
+            if detail is not None:
+                self.record(kind, detail)
 
     def drain(self) -> None:
-        """Brings every worker back and waits until no job is delayed, ready or leased."""
+        """Brings every node and worker back and waits until no job is delayed, ready or
+        leased."""
+        self.deployment.settle()
         self.workers.start_missing()
         started = time.monotonic()
         deadline = started + self.settings.drain_limit_s
@@ -269,8 +299,7 @@ class Chaos:
         self.progress.update(
             f"[chaos seed {self.settings.seed}] {elapsed:5.1f}/{self.settings.duration_s:g} s "
             f"jobs {counts['jobs']} runs {counts['runs']} faults {counts['faults']} workers "
-            f"{len(self.workers.alive())}/{self.settings.workers} redis "
-            f"{'down' if self.redis_down else 'up'}"
+            f"{len(self.workers.alive())}/{self.settings.workers} {self.deployment.state()}"
         )
 
     def evidence(self) -> Evidence:
@@ -292,11 +321,13 @@ class Chaos:
         self.producer.stopping.set()
         self.workers.kill_all()
         self.ledger.close()
-        self.redis.kill()
+        self.deployment.close()
 
 
 def reproduce_command(args: argparse.Namespace, seed: int) -> str:
     parts = [f"python -m simulations.chaos --seed {seed} --duration {args.duration:g}"]
+    if args.cluster:
+        parts.append(f"--cluster --shards {args.shards}")
     if args.appendfsync != "always":
         parts.append(f"--appendfsync {args.appendfsync}")
     if args.app:
@@ -310,7 +341,7 @@ def reproduce_command(args: argparse.Namespace, seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
-    settings = derive(seed, args.duration, args.appendfsync)
+    settings = derive(seed, args.duration, args.appendfsync, args.shards if args.cluster else None)
     if args.app:
         _, topics = load_app_handlers(args.app)
         settings = settings.with_topics(topics)
@@ -336,11 +367,19 @@ def run(args: argparse.Namespace) -> int:
             "time": f"{time.monotonic() - real_start:.1f} s ({settings.duration_s:g} s of chaos, "
             f"{chaos.drain_s:.1f} s to drain)",
             "producer": f"{producer.added} jobs added, {producer.retries} add retries while "
-            f"Redis was away, {producer.add_replies_lost} add replies lost",
+            f"Redis was away, {producer.add_replies_lost} add replies lost"
+            + (
+                f", {producer.not_replicated} adds not on a replica within {settings.add_wait_ms}ms"
+                if settings.add_wait_ms
+                else ""
+            ),
             "workers that exited by themselves (restarted)": chaos.workers.unexpected_exits,
             "worker command": " ".join(chaos.workers.command[1:]),
             "early tolerance (clock sync)": f"{evidence.early_tolerance_ms} ms",
+            **chaos.deployment.notes(evidence.ledger),
         }
+        if chaos.deferred:
+            notes["faults deferred until the cluster healed"] = chaos.deferred
     finally:
         chaos.close()
     shutil.copy(work / "ledger.sqlite", out / "ledger.sqlite")
@@ -377,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs redelay worker processes under process, connection and Redis faults.",
         epilog="Exit codes: 0 ok, 10 early, 11 cancelled_delivered, 12 after_ack, "
         "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 1 simulator "
-        "error, 2 usage, 3 no redis-server. See docs/simulations.md.",
+        "error, 2 usage, 3 no redis-server (or, with --cluster, no local cluster). See "
+        "docs/simulations.md.",
     )
     parser.add_argument("--seed", type=int, help="the run's seed (default: a random one)")
     parser.add_argument(
@@ -400,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--bodies", metavar="MODULE:FUNC", help="FUNC(topic, id) -> job body")
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run on a local Redis Cluster (3 masters + 3 replicas) and kill masters and "
+        "migrate slots too (needs redis-cli)",
+    )
+    parser.add_argument("--shards", type=int, help="with --cluster: the namespace's shards (3)")
+    parser.add_argument(
         "--out", default="simulations/out", help="where artefacts go (simulations/out)"
     )
     return parser
@@ -409,11 +456,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.duration <= 0:
         print("simulation: --duration must be positive", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    if args.shards is not None and not args.cluster:
+        print("simulation: --shards needs --cluster", file=sys.stderr)
+        return EXIT_USAGE
+    args.shards = DEFAULT_CLUSTER_SHARDS if args.shards is None else args.shards
+    if not 1 <= args.shards <= 64:
+        print("simulation: --shards must be from 1 to 64", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return run(args)
     except RedisServerNotFound as exc:
         print(f"simulation: {exc}", file=sys.stderr)
+        return EXIT_NO_REDIS
+    except ClusterStartError as exc:
+        print(f"simulation: cannot start a local Redis Cluster here: {exc}", file=sys.stderr)
         return EXIT_NO_REDIS
     except KeyboardInterrupt:
         return 130

@@ -20,6 +20,8 @@ FAULT_KINDS = (
     "worker_sigterm",  # SIGTERM a worker process (graceful stop); restarted later
     "connection_kill",  # CLIENT KILL on the server: every normal connection, pub/sub, or one
     "redis_restart",  # SIGKILL redis-server and start it again on its append-only file
+    "master_kill",  # --cluster: SIGKILL a master; its replica takes over; back later as a replica
+    "slot_migration",  # --cluster: move one shard's slot to another master while jobs flow
     "handler_error",  # a handler raises (counted from the runs)
     "handler_hang",  # a handler sleeps past its timeout
 )
@@ -46,6 +48,14 @@ class ChaosSettings:
     burst_every_s: tuple[float, float] = (3.0, 8.0)  # 30-80 jobs due at once, some cancelled
     storm_s: tuple[float, float] = (4.0, 8.0)
     calm_s: tuple[float, float] = (10.0, 15.0)
+    # --cluster: a local Redis Cluster (3 masters + 3 replicas) and a namespace of `shards`.
+    cluster: bool = False
+    shards: int = 1
+    node_timeout_ms: int = 1_500  # cluster-node-timeout: a dead master is failed over after it
+    rejoin_after_s: tuple[float, float] = (0.0, 0.0)  # a killed master restarts this long after
+    migration_pause_s: tuple[float, float] = (0.0, 0.0)  # a slot stays MIGRATING this long
+    add_wait_ms: int = 0  # adds wait (WAIT) this long for a replica; 0: they do not wait
+    kill_spacing_s: float = 0.0  # a master kill waits this long after the last one healed
 
     @property
     def fault_window_ms(self) -> int:
@@ -89,6 +99,13 @@ class ChaosSettings:
             storm_s=(raw["storm_s"][0], raw["storm_s"][1]),
             calm_s=(raw["calm_s"][0], raw["calm_s"][1]),
             burst_every_s=(raw["burst_every_s"][0], raw["burst_every_s"][1]),
+            cluster=raw["cluster"],
+            shards=raw["shards"],
+            node_timeout_ms=raw["node_timeout_ms"],
+            rejoin_after_s=(raw["rejoin_after_s"][0], raw["rejoin_after_s"][1]),
+            migration_pause_s=(raw["migration_pause_s"][0], raw["migration_pause_s"][1]),
+            add_wait_ms=raw["add_wait_ms"],
+            kill_spacing_s=raw["kill_spacing_s"],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -110,6 +127,22 @@ class ChaosSettings:
         )
         faults = ", ".join(f"{k} every ~{s:.1f}s" for k, s in self.fault_interval_s.items())
         h = self.handler
+        if self.cluster:
+            redis_line = (
+                f"Redis Cluster of 3 masters + 3 replicas (cluster-node-timeout "
+                f"{self.node_timeout_ms}ms, appendonly, appendfsync {self.appendfsync}), "
+                f"{self.shards} shards; a killed master restarts {self.rejoin_after_s[0]:g}-"
+                f"{self.rejoin_after_s[1]:.1f}s after its replica took over, and the next kill "
+                f"waits until it is back in sync and {self.kill_spacing_s:g}s more; a "
+                f"migrating slot waits {self.migration_pause_s[0]:g}-"
+                f"{self.migration_pause_s[1]:.2f}s before its keys move; adds wait up to "
+                f"{self.add_wait_ms}ms for a replica (WAIT 1)"
+            )
+        else:
+            redis_line = (
+                f"one redis-server (appendonly, appendfsync {self.appendfsync}), down "
+                f"{self.redis_down_s[0]:g}-{self.redis_down_s[1]:.1f}s when restarted"
+            )
         return "\n".join(
             [
                 f"seed {self.seed}: {self.duration_s:g} s of chaos, {self.workers} worker "
@@ -121,16 +154,21 @@ class ChaosSettings:
                 f"{h.retry:.0%}, hang {h.hang:.1%} ({h.hang_ms[0]}-{h.hang_ms[1]}ms)",
                 f"faults: {faults}, in storms of {self.storm_s[0]:g}-{self.storm_s[1]:g}s "
                 f"between calm periods of {self.calm_s[0]:g}-{self.calm_s[1]:g}s",
-                f"workers back after {self.restart_after_s[0]:g}-"
-                f"{self.restart_after_s[1]:.1f}s, redis down {self.redis_down_s[0]:g}-"
-                f"{self.redis_down_s[1]:.1f}s (appendfsync {self.appendfsync})",
+                redis_line,
+                f"workers back after {self.restart_after_s[0]:g}-{self.restart_after_s[1]:.1f}s",
                 f"sweep every {self.sweep_interval_s:g}s, watchdog every "
                 f"{self.watchdog_interval_s:g}s, SIGTERM grace {self.stop_grace_s:g}s",
             ]
         )
 
 
-def derive(seed: int, duration_s: float, appendfsync: str = "always") -> ChaosSettings:
+def derive(
+    seed: int, duration_s: float, appendfsync: str = "always", cluster_shards: int | None = None
+) -> ChaosSettings:
+    """The settings of a run; ``cluster_shards`` switches cluster mode on with that many shards.
+
+    The cluster's own settings come from a random source of their own, so a seed gives the same
+    workload with and without ``--cluster``."""
     rng = random.Random(f"{seed}:chaos")
     topics = tuple(_topic(rng, name) for name in ["orders", "emails"][: rng.randint(1, 2)])
     timeout = min(t.timeout_ms for t in topics)
@@ -146,7 +184,7 @@ def derive(seed: int, duration_s: float, appendfsync: str = "always") -> ChaosSe
     )
     retry_total_ms = max(sum(t.retry_ms) for t in topics)
     lease_ms = max(t.lease_ms for t in topics)
-    return ChaosSettings(
+    settings = ChaosSettings(
         seed=seed,
         duration_s=duration_s,
         workers=rng.randint(2, 3),
@@ -174,6 +212,26 @@ def derive(seed: int, duration_s: float, appendfsync: str = "always") -> ChaosSe
         stop_grace_s=rng.choice([1.0, 3.0]),
         appendfsync=appendfsync,
         drain_limit_s=60 + (max_delay_ms + retry_total_ms + 5 * lease_ms) / 1000,
+    )
+    return settings if cluster_shards is None else _clustered(settings, cluster_shards)
+
+
+def _clustered(settings: ChaosSettings, shards: int) -> ChaosSettings:
+    rng = random.Random(f"{settings.seed}:cluster")
+    intervals = {k: v for k, v in settings.fault_interval_s.items() if k != "redis_restart"}
+    # A master kill costs a failover (about twice the node timeout) and a rejoin; one at a time.
+    intervals["master_kill"] = rng.uniform(10, 20)
+    intervals["slot_migration"] = rng.uniform(5, 10)
+    return replace(
+        settings,
+        cluster=True,
+        shards=shards,
+        fault_interval_s=intervals,
+        redis_down_s=(0.0, 0.0),
+        rejoin_after_s=(0.2, rng.uniform(1.0, 4.0)),
+        migration_pause_s=(0.0, rng.uniform(0.05, 0.5)),
+        add_wait_ms=500,
+        kill_spacing_s=5.0,
     )
 
 

@@ -49,6 +49,7 @@ def make_queue() -> DelayQueue:
         watchdog_interval_s=settings.watchdog_interval_s,
         sweep_interval_s=settings.sweep_interval_s,
         consumer_name=f"{worker}:{os.getpid()}",
+        shards=settings.shards if settings.cluster else None,
     )
     _sample_clock(queue, ledger, f"{worker}:{os.getpid()}")
     for topic in settings.topics:

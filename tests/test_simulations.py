@@ -20,6 +20,7 @@ from actors.clock import FakeClock
 from actors.store import Snapshot, Store, TopicConfig
 from simulations.checkers import (
     EXIT_CODES,
+    EXIT_NO_REDIS,
     AuditIndex,
     Evidence,
     Failure,
@@ -426,6 +427,75 @@ def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
         summary, {"worker_sigkill", "worker_sigterm", "connection_kill", "redis_restart"}
     )
     assert (tmp_path / "chaos-5" / "lateness.png").stat().st_size > 10_000
+
+
+def test_chaos_simulation_cluster_ci_run(tmp_path: Path) -> None:
+    """Workers and producer on a 3 + 3 Redis Cluster with 3 shards; masters killed and slots
+    migrated besides the usual faults. About 35 s on a quiet 2-core machine."""
+    args = ["simulations.chaos", "--seed", "5", "--duration", "25", "--cluster"]
+    code, summary, stderr = _simulate(args, tmp_path)
+    if code == EXIT_NO_REDIS and "cannot start a local Redis Cluster here" in stderr:
+        pytest.skip(stderr.strip().splitlines()[-1])
+    assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
+    assert summary["reproduce"] == (
+        "python -m simulations.chaos --seed 5 --duration 25 --cluster --shards 3"
+    )
+    assert "Redis Cluster of 3 masters + 3 replicas" in stderr  # the settings, at the start
+    assert summary["settings"]["cluster"] is True and summary["settings"]["shards"] == 3
+    _check_summary(
+        summary,
+        {"worker_sigkill", "worker_sigterm", "connection_kill", "master_kill", "slot_migration"},
+    )
+    assert "redis_restart" not in summary["faults"]
+    notes = summary["notes"]
+    killed = summary["faults"]["master_kill"]
+    assert notes["failovers"].startswith(f"{killed} masters killed; replica promoted after ")
+    promoted = notes["failovers"].split("promoted after ")[1].split(";")[0].split(", ")
+    healed = notes["failovers"].split("back in sync after ")[1].split(", ")
+    assert len(promoted) == len(healed) == killed  # every kill healed before the drain
+    assert notes["lateness of runs due during a failover (kill to promotion)"].startswith("n=")
+
+
+def test_cluster_settings_keep_the_workload_and_reach_the_workers() -> None:
+    from simulations.chaos_settings import ChaosSettings, derive
+
+    plain, clustered = derive(5, 30), derive(5, 30, cluster_shards=4)
+    assert (clustered.topics, clustered.rate_per_s, clustered.delays, clustered.handler) == (
+        plain.topics,
+        plain.rate_per_s,
+        plain.delays,
+        plain.handler,
+    )
+    assert clustered.cluster and clustered.shards == 4 and not plain.cluster
+    assert set(clustered.fault_interval_s) == {
+        "worker_sigkill",
+        "worker_sigterm",
+        "connection_kill",
+        "master_kill",
+        "slot_migration",
+    }
+    assert "redis_restart" in plain.fault_interval_s
+    for settings in (plain, clustered):
+        assert ChaosSettings.from_json(settings.to_json()) == settings
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shards", "3"], "--shards needs --cluster"),
+        (["--cluster", "--shards", "0"], "--shards must be from 1 to 64"),
+    ],
+)
+def test_bad_cluster_arguments_are_a_usage_error(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "simulations.chaos", "--seed", "1", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
 
 
 @pytest.mark.parametrize("flag", ["--seed=x", "--bogus"])

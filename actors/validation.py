@@ -42,8 +42,18 @@ def _check_name(
     return value
 
 
+# Topics are few and repeat on every job of a batch: remember the ones already found valid.
+_VALID_TOPICS: set[str] = set()
+_VALID_TOPICS_MAX = 10_000
+
+
 def topic(value: object, field: str = "topic") -> str:
-    return _check_name(field, value, _TOPIC_RE, c.TOPIC_MAX_CHARS, _TOPIC_CHARS)
+    if isinstance(value, str) and value in _VALID_TOPICS:
+        return value
+    checked = _check_name(field, value, _TOPIC_RE, c.TOPIC_MAX_CHARS, _TOPIC_CHARS)
+    if len(_VALID_TOPICS) < _VALID_TOPICS_MAX:
+        _VALID_TOPICS.add(checked)
+    return checked
 
 
 def job_id(value: object, field: str = "id") -> str:

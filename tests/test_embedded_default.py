@@ -169,7 +169,10 @@ def test_the_server_is_stopped_when_the_process_exits(data_dir: Path) -> None:
 def test_ctrl_c_in_the_terminal_does_not_reach_the_server(data_dir: Path) -> None:
     code = textwrap.dedent(
         """
-        import sys, time
+        import signal, sys, time
+        # A shell's background job starts with SIGINT ignored (POSIX), and Python then installs
+        # no KeyboardInterrupt handler; restore it so the test sees what a terminal would.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from actors.embedded_default import start_embedded
         server = start_embedded(sys.argv[1])
         try:

@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -74,12 +75,23 @@ def produce(producer: DelayQueue, ids: list[str], max_delay_s: float, seed: int)
     return confirmed
 
 
-def check(queue: DelayQueue, recorder: Recorder, confirmed: list[str]) -> None:
+def check(queue: DelayQueue, recorder: Recorder, confirmed: list[str]) -> dict[str, Any]:
+    """Waits for every confirmed job and for the queue to be empty, then holds the stream to the
+    live state; returns health().
+
+    Waiting for the queue to empty matters: a handler is recorded as done before its ack's round
+    trip, so reading the stream and then the live state while acks are in flight can see a job
+    leased in one and acked in the other.
+    """
     wait_for(lambda: set(confirmed) <= recorder.done(), "every confirmed job to run", 40)
+    empty = {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
+    wait_for(lambda: queue.stats().get(TOPIC, empty) == empty, "every ack to land", 40)
+    health = queue.health()
     assert recorder.early == []
     replay = fold(queue.store.iter_audit())
     assert replay.anomalies == []
     assert compare(replay, queue.store.snapshot()) == []
+    return health
 
 
 @pytest.fixture
@@ -110,10 +122,11 @@ def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
     queue.start()
     ids = [f"order-{n}" for n in range(300)]
     queue.add_many([{"topic": TOPIC, "id": i, "delay": n % 30 / 100} for n, i in enumerate(ids)])
+    wait_for(lambda: set(ids) <= recorder.done(), "every job to run", 40)
+    opened = {p: clients_per_node(cluster)[p] - before[p] for p in before}  # while running
     check(queue, recorder, ids)
     assert all(len(times) == 1 for times in recorder.started.values())  # nothing failed
     assert queue.stats()[TOPIC] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
-    opened = {p: clients_per_node(cluster)[p] - before[p] for p in before}
     # One pool per node, used by a handful of actor threads, and one pub/sub connection in all.
     assert sum(opened.values()) <= 3 * 6 + 1, opened
     print(f"connections opened per master by one worker process: {opened}")
@@ -147,8 +160,8 @@ def test_a_cluster_master_killed_while_the_actors_work(
     fresh_cluster.wait_healthy()
     thread.join(timeout=60)
     assert len(confirmed) >= len(ids) // 2
-    check(queue, recorder, confirmed)
-    assert queue.health() and all(unit["alive"] for unit in queue.health().values())
+    health = check(queue, recorder, confirmed)
+    assert health and all(unit["alive"] for unit in health.values())
 
 
 def test_the_actors_carry_on_through_a_sentinel_failover(
@@ -176,8 +189,8 @@ def test_the_actors_carry_on_through_a_sentinel_failover(
     sentinel_setup.wait_for_replica(old)
     thread.join(timeout=60)
     assert len(confirmed) >= len(ids) // 2
-    check(queue, recorder, confirmed)
-    assert all(unit["alive"] for unit in queue.health().values())
+    health = check(queue, recorder, confirmed)
+    assert health and all(unit["alive"] for unit in health.values())
     client = queue.client
     assert isinstance(client, redis.Redis)
     assert client.info("server")["tcp_port"] != old  # the actors' client follows the master

@@ -147,7 +147,7 @@ def drive(scenario: Scenario, due: DueTimes, producer: SyncProducer) -> ProduceR
     else:
         sent, started_s = 0, time.monotonic()
         while sent < scenario.jobs and not _overran(scenario, started_s):
-            owed = _owed(scenario, started_s)
+            owed = min(_owed(scenario, started_s), sent + FILL_BATCH_JOBS)  # a laggard rechecks
             if owed > sent:
                 send(sent, owed)
                 sent = owed
@@ -174,7 +174,7 @@ async def drive_async(scenario: Scenario, due: DueTimes, producer: AsyncProducer
     else:
         sent, started_s = 0, time.monotonic()
         while sent < scenario.jobs and not _overran(scenario, started_s):
-            owed = _owed(scenario, started_s)
+            owed = min(_owed(scenario, started_s), sent + FILL_BATCH_JOBS)
             if owed > sent:
                 await send(sent, owed)
                 sent = owed

@@ -396,6 +396,19 @@ def _lua_share(scripts: dict[str, Any]) -> str:
     return num(100 * (total - inner) / total) if total else MISSING
 
 
+def _transition(scripts: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = (scripts.get("transitions") or {}).get(name) or {}
+    return found
+
+
+def _profile(results: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    for profile in results.get("profiles") or []:
+        if profile.get("concurrency") == concurrency:
+            found: dict[str, Any] = profile
+            return found
+    return {}
+
+
 def _sweep(rows: Sequence[dict[str, Any]], concurrency: int | None) -> dict[str, Any]:
     found = [r for r in rows if r.get("delivered_jobs_per_s") is not None]
     if not found:
@@ -418,7 +431,9 @@ def values(results: dict[str, Any]) -> dict[str, str]:
     plan = {s["name"]: s for s in results["plan"]}
     sweep_rows: list[dict[str, Any]] = results.get("concurrency_sweep") or []
     low, best = _sweep(sweep_rows, 10), _sweep(sweep_rows, None)
-    add_cost: dict[str, Any] = (scripts.get("transitions") or {}).get("add (100 per call)") or {}
+    add_cost = _transition(scripts, "add (100 per call)")
+    add_usec = float(add_cost.get("usec_per_job") or 0)
+    steady_names = [s["name"] for s in results["plan"] if s["kind"] == "steady"] or [""]
 
     def size(name: str) -> str:
         return num((plan.get(name) or {}).get("jobs"))
@@ -443,6 +458,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "profile_section": profiles_section(results.get("profiles") or []),
         "sweep_table": sweep_table(results.get("concurrency_sweep") or []),
         "skipped_section": skipped_section(results.get("skipped") or []),
+        "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
         "versions_section": versions_section(results["versions"]),
         "configs_section": configs_section(),
         "cpu": str(machine_info.get("cpu") or "unknown CPU"),
@@ -485,6 +501,40 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "memory_with": num(g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job")),
         "batch_enqueue": num(g("redelay", "enqueue-batch", "enqueue_jobs_per_s")),
         "lua_share": _lua_share(scripts),
+        "lease_usec": num(_transition(scripts, "lease (100 per call)").get("usec_per_job"), 1),
+        "ack_usec": num(_transition(scripts, "ack (100 per call)").get("usec_per_job"), 1),
+        "add_ceiling": num(1e6 / add_usec) if add_usec else MISSING,
+        "store_batch_enqueue": num(g("redelay-store", "enqueue-batch", "enqueue_jobs_per_s")),
+        "bullmq_delivered": (
+            f"{num(g('bullmq', 'immediate', 'delivered_jobs_per_s'))} jobs/s "
+            f"({num(g('bullmq', 'burst', 'delivered_jobs_per_s'))} in the burst)"
+        ),
+        "redelay_ratio": (
+            num(float(g("redelay", "immediate", "delivered_jobs_per_s") or 0) / peer_rate, 1)
+            if peer_rate
+            else MISSING
+        ),
+        "gil_low": num(_profile(results, 10).get("gil_busy_percent")),
+        "gil_high": num(_profile(results, 1_000).get("gil_busy_percent")),
+        "steady_p50_low": ms(g("redelay", steady_names[0], "lateness_ms_p50")),
+        "steady_p50_high": ms(g("redelay", steady_names[-1], "lateness_ms_p50")),
+        "steady_p99_low": ms(g("redelay", steady_names[0], "lateness_ms_p99")),
+        "steady_p99_high": ms(g("redelay", steady_names[-1], "lateness_ms_p99")),
+        "store_p99_low": ms(g("redelay-store", steady_names[0], "lateness_ms_p99")),
+        "store_p99_high": ms(g("redelay-store", steady_names[-1], "lateness_ms_p99")),
+        "steady_trips": num(
+            max(
+                (
+                    float(r["redis_round_trips_per_delivered_job"])
+                    for r in records
+                    if r["system"] == "redelay"
+                    and r["scenario"] in steady_names
+                    and r.get("redis_round_trips_per_delivered_job") is not None
+                ),
+                default=math.nan,
+            ),
+            2,
+        ),
         "add_usec": num(add_cost.get("usec_per_job"), 1),
         "batch_client_usec": num(g("redelay", "enqueue-batch", "client_cpu_ms_per_1k_jobs"), 1),
         "sweep_low": num(low.get("delivered_jobs_per_s")),

@@ -81,6 +81,7 @@ async function produce() {
   };
   const startMs = Date.now();
   const cpuStart = cpuMs();
+  let sent = scenario.jobs;
   if (scenario.rate_per_s === null) {
     const size = scenario.call_style === "single" ? 1 : FILL_BATCH_JOBS;
     for (let first = 0; first < scenario.jobs; first += size) {
@@ -88,10 +89,15 @@ async function produce() {
     }
   } else {
     const started = performance.now();
-    let sent = 0;
-    while (sent < scenario.jobs) {
+    sent = 0;
+    // Like jobs.py: a producer that cannot keep up stops at 1.5x the duration.
+    while (sent < scenario.jobs && performance.now() - started < scenario.duration_s * 1500) {
       const elapsedS = (performance.now() - started) / 1000;
-      const owed = Math.min(scenario.jobs, Math.floor(elapsedS * scenario.rate_per_s) + 1);
+      const owed = Math.min(
+        scenario.jobs,
+        Math.floor(elapsedS * scenario.rate_per_s) + 1,
+        sent + FILL_BATCH_JOBS, // a producer that fell behind rechecks its deadline
+      );
       if (owed > sent) {
         await send(sent, owed);
         sent = owed;
@@ -102,12 +108,12 @@ async function produce() {
   }
   const endMs = Date.now();
   const result = {
-    enqueued: scenario.jobs,
+    enqueued: sent,
     start_ms: startMs,
     end_ms: endMs,
     cpu_ms: cpuMs() - cpuStart,
     batch_api: BATCH_API,
-    jobs_per_s: scenario.jobs / Math.max(1e-9, (endMs - startMs) / 1000),
+    jobs_per_s: sent / Math.max(1e-9, (endMs - startMs) / 1000),
   };
   await queue.close();
   writeJsonAtomic(spec.out_path, result);

@@ -6,6 +6,7 @@ in memory until due, then enqueues them on the main queue. There is no batch enq
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -41,7 +42,9 @@ class Producer:
         self.actor = actor
 
     def add_one(self, job: BenchJob) -> None:
-        delay_ms = int(job.due_ms - now_ms())
+        # Rounded up: Dramatiq adds the delay to its own whole-ms clock, and rounding down would
+        # make the harness, not Dramatiq, deliver a job up to 1 ms early.
+        delay_ms = math.ceil(job.due_ms - now_ms())
         if delay_ms > 0:
             self.actor.send_with_options(args=(job.body(),), delay=delay_ms)
         else:

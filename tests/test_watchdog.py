@@ -63,7 +63,14 @@ def test_an_actor_killed_by_an_exception_is_restarted_logged_and_reported(
     assert not first.is_alive()
     assert any("restarting carrier (restart #1)" in r.getMessage() for r in caplog.records)
 
-    # The new carrier does the work.
+    # The new carrier does the work. Its wake subscription starts on its own thread: wait for it,
+    # or the add's wake could be published before anyone listens (the watchdog's periodic carry
+    # covers that in production, but this test's fake clock never reaches it).
+    channel = store.keys.wake_channel
+    wait_for(
+        lambda: dict(store.client.pubsub_numsub(channel)).get(channel.encode(), 0) >= 1,
+        "the new carrier's wake subscription",
+    )
     store.add(store.new_job("t", "j", delay_ms=100))
     fake_clock.advance(100)
     wait_for(lambda: ready_ids(store) == ["j"], "a carry by the new carrier")

@@ -1,18 +1,27 @@
-"""redelay: a delay queue for Python services, built on Redis Lua scripts and Pykka actors."""
+"""redelay: a delay queue for Python services, built on Redis Lua scripts and Pykka actors.
 
-from .clock import Clock, FakeClock, RedisSyncedClock, SystemClock
-from .errors import (
+The names below are the public API (docs/api.md lists each). Modules without a leading
+underscore at this level are public too (``actors.replay``, ``actors.model``, ``actors.testing``,
+...); the subpackages ``runtime``, ``storage``, ``cli`` and ``server`` are redelay's own layers
+(docs/architecture.md).
+"""
+
+from actors.callbacks import register_callbacks
+from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
+from actors.errors import (
     ConfigError,
     ErrorCode,
     JobExistsError,
-    LeaseLostError,
+    NotReplicatedError,
+    PartialAddError,
     RedelayError,
     RedisServerNotFound,
     ValidationError,
 )
-from .job import Job, Retry
-from .queue import AuditEvent, DelayQueue
-from .store import AuditRetention, JobInfo, Lease, NewJob, Store, TopicConfig
+from actors.job import Job, Retry
+from actors.queue import AuditEvent, DelayQueue
+from actors.storage.store import Store
+from actors.values import AuditRetention, Durability, JobInfo, Lease, NewJob, TopicConfig
 
 __all__ = [
     "AuditEvent",
@@ -20,14 +29,16 @@ __all__ = [
     "Clock",
     "ConfigError",
     "DelayQueue",
+    "Durability",
     "ErrorCode",
     "FakeClock",
     "Job",
     "JobExistsError",
     "JobInfo",
     "Lease",
-    "LeaseLostError",
     "NewJob",
+    "NotReplicatedError",
+    "PartialAddError",
     "RedelayError",
     "RedisServerNotFound",
     "RedisSyncedClock",
@@ -36,4 +47,5 @@ __all__ = [
     "SystemClock",
     "TopicConfig",
     "ValidationError",
+    "register_callbacks",
 ]

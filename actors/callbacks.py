@@ -28,11 +28,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .errors import ConfigError, RedelayError
-from .job import Job, Retry
+from actors.errors import ConfigError, RedelayError
+from actors.job import Job, Retry
 
 if TYPE_CHECKING:
-    from .queue import DelayQueue
+    from actors.queue import DelayQueue
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CONCURRENCY = 8

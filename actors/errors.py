@@ -47,20 +47,40 @@ class JobExistsError(RedelayError):
         )
 
 
-class LeaseLostError(RedelayError):
-    """An ack, fail, extend or release with a lease token that no longer holds the job."""
-
-    def __init__(self, topic: str, job_id: str, code: ErrorCode) -> None:
-        self.topic = topic
-        self.job_id = job_id
-        self.code = code
-        why = "another lease holds it" if code is ErrorCode.STALE_TOKEN else "it is not leased"
-        super().__init__(f"lease on {topic}/{job_id} was lost: {why}")
-
-
 class ConfigError(RedelayError):
     """A process's configuration disagrees with what is stored or cannot work."""
 
 
 class RedisServerNotFound(RedelayError):
     """No redis-server binary could be found for an embedded or test server."""
+
+
+class PartialAddError(JobExistsError):
+    """An add_many spanning shards where some jobs existed: their shards added nothing, the
+    other shards added theirs (listed in ``added``)."""
+
+    def __init__(self, existing: list[tuple[str, str]], added: list[tuple[str, str]]) -> None:
+        super().__init__(existing)
+        self.added = added
+        self.args = (
+            f"{self.args[0].split('; nothing was added')[0]}; {len(added)} jobs in other shards "
+            "were added (all-or-nothing holds per shard)",
+        )
+
+
+class NotReplicatedError(RedelayError):
+    """A durable add reached the master but fewer replicas than asked acknowledged it in time.
+
+    The jobs exist on the master; they are lost only if it fails before replicating them.
+    Adding them again with ``replace=True`` is safe.
+    """
+
+    def __init__(self, jobs: list[tuple[str, str]], acked: int, wanted: int, results: list[str]):
+        self.jobs = jobs
+        self.acked = acked
+        self.wanted = wanted
+        self.results = results
+        super().__init__(
+            f"{len(jobs)} jobs were added on the master but only {acked} of {wanted} replicas "
+            "acknowledged them in time; they are lost if the master fails before replicating"
+        )

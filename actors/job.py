@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from . import validation
-from .store import Lease
+from actors import _validation as validation
+from actors.values import Lease
 
 
 @dataclass(frozen=True, slots=True)

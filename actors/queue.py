@@ -23,16 +23,16 @@ from typing import Any, TypeVar
 import redis
 from redis.cluster import RedisCluster
 
-from . import _constants as c
-from . import validation
-from .clock import Clock, RedisSyncedClock
-from .errors import ConfigError, ValidationError
-from .keys import split_member
-from .replay import history as replay_history
-from .sharding import Durability, open_store, shard_stores
-from .store import AuditRetention, JobInfo, NewJob, TopicConfig
-from .system import ActorSystem, HandlerSpec, SystemSettings
-from .topology import RedisClient, connect
+from actors import _constants as c
+from actors import _validation as validation
+from actors.clock import Clock, RedisSyncedClock
+from actors.errors import ConfigError, ValidationError
+from actors.replay import history as replay_history
+from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
+from actors.storage.keys import split_member
+from actors.storage.sharding import open_store, shard_stores
+from actors.storage.topology import RedisClient, connect
+from actors.values import AuditRetention, Durability, JobInfo, NewJob, TopicConfig
 
 log = logging.getLogger("actors.queue")
 
@@ -97,11 +97,11 @@ class DelayQueue:
     ) -> None:
         self._embedded: Any = None
         if redis_source is None:
-            from .embedded_default import start_embedded  # only needed without a URL
+            from actors.server.embedded_default import start_embedded  # only needed without a URL
 
             self._embedded = start_embedded(Path(data_dir))
             self.client: RedisClient = self._embedded.client()
-        else:  # a URL (one server, a cluster, Sentinel) or a client: see actors.topology
+        else:  # a URL (one server, a cluster, Sentinel) or a client: see actors.storage.topology
             self.client = connect(redis_source)
         self._owns_clock = clock is None
         # RedisSyncedClock only sends TIME, which a cluster client serves too.

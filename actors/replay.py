@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .model import Event, IllegalTransition, State, check
-from .store import Snapshot
+from actors.model import Event, IllegalTransition, State, check
+from actors.values import Snapshot
 
 Key = tuple[str, str]
 Entry = tuple[str, dict[str, str]]

@@ -21,9 +21,9 @@ import pykka
 import redis
 
 from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry
-from actors._messages import Stats
-from actors.embedded import RedisProcess
-from actors.store import Store
+from actors.runtime.messages import Stats
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
 
 from . import faults
 from .det_settings import DetSettings, TopicPlan

@@ -21,7 +21,7 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def worker_command(grace_s: float) -> list[str]:
-    if importlib.util.find_spec("actors._cli_worker") is not None:
+    if importlib.util.find_spec("actors.cli.worker") is not None:
         return [
             sys.executable,
             "-m",

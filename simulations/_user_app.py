@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from actors import DelayQueue, validation
+from actors import DelayQueue
 from actors import _constants as c
+from actors import _validation as validation
 from actors.job import Job
 from actors.queue import _schedule_ms, _seconds
-from actors.system import HandlerSpec
+from actors.runtime.system import HandlerSpec
 
 from .det_settings import TopicPlan
 

@@ -40,8 +40,8 @@ from typing import Any
 import redis
 
 from actors import AuditRetention, DelayQueue, JobExistsError
-from actors.errors import RedisServerNotFound
-from actors.sharding import Durability, NotReplicatedError
+from actors.errors import NotReplicatedError, RedisServerNotFound
+from actors.values import Durability
 
 from . import chart, report
 from ._processes import Workers

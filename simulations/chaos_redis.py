@@ -29,12 +29,12 @@ import redis
 from redis.crc import key_slot
 
 from actors.clock import SystemClock
-from actors.embedded import RedisProcess
-from actors.jobstore import JobStore
-from actors.keys import ShardKeys, shard_of
-from actors.sharding import open_store
-from actors.store import Store
-from actors.topology import connect
+from actors.server.embedded import RedisProcess
+from actors.storage.jobstore import JobStore
+from actors.storage.keys import ShardKeys, shard_of
+from actors.storage.sharding import open_store
+from actors.storage.store import Store
+from actors.storage.topology import connect
 
 from . import faults
 from .chaos_settings import ChaosSettings

@@ -28,7 +28,7 @@ from enum import StrEnum
 from itertools import pairwise
 
 from actors.replay import compare, fold
-from actors.store import Snapshot
+from actors.values import Snapshot
 
 from .ledger import FaultRow, Key, LedgerData, RunRow
 

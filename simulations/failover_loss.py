@@ -33,9 +33,11 @@ from pathlib import Path
 import redis
 
 from actors.clock import SystemClock
-from actors.keys import ShardKeys, split_member
-from actors.sharding import Durability, NotReplicatedError, open_store
-from actors.topology import connect
+from actors.errors import NotReplicatedError
+from actors.storage.keys import ShardKeys, split_member
+from actors.storage.sharding import open_store
+from actors.storage.topology import connect
+from actors.values import Durability
 
 from .local_redis import LocalSentinel
 

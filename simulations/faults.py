@@ -20,9 +20,9 @@ import pykka
 import redis
 from pykka.messages import ProxyCall
 
-from actors.listener import listener_connection_name, unblock
 from actors.queue import DelayQueue
-from actors.system import ActorSystem
+from actors.runtime.listener import listener_connection_name, unblock
+from actors.runtime.system import ActorSystem
 
 CRASH = ProxyCall(attr_path=("simulated_crash",), args=(), kwargs={})
 

@@ -24,7 +24,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
-from actors.embedded import find_redis_server
+from actors.server.embedded import find_redis_server
 
 HOST = "127.0.0.1"
 _BUS_OFFSET = 10_000  # Redis 6.2 puts the cluster bus at port + 10000 (7.0 can choose it)

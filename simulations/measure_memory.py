@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 
 import redis
 
-from actors._scripts import sources
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess, server_version
-from actors.store import Store
+from actors.server.embedded import RedisProcess, server_version
+from actors.storage.scripts import sources
+from actors.storage.store import Store
 
 NAMESPACE = "memory"
 LIFECYCLE_NAMESPACE = "memory-lifecycle"

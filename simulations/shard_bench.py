@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from actors import DelayQueue, Job
-from actors.embedded import RedisProcess
+from actors.server.embedded import RedisProcess
 
 from .local_redis import LocalCluster, ServerProcess
 

@@ -11,8 +11,8 @@ import pykka
 import pytest
 import redis
 
-from actors._messages import Stats
-from actors.store import Store, _s
+from actors.runtime.messages import Stats
+from actors.storage.store import Store, _s
 
 WAIT_S = 10.0  # generous: a loaded 2-core machine may be slow to schedule actor threads
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from actors.store import Snapshot, Store
+from actors.storage.store import Store
+from actors.values import Snapshot
 
 Entry = tuple[str, dict[str, str]]
 

@@ -21,8 +21,8 @@ from redis.exceptions import RedisClusterException
 
 from actors.clock import Clock
 from actors.errors import ErrorCode, JobExistsError, RedelayError
-from actors.jobstore import JobStore
 from actors.replay import compare, fold
+from actors.storage.jobstore import JobStore
 
 TOPIC = "flow"
 _PAUSE_S = 0.005  # an idle worker's poll interval; a driver for tests, not the product

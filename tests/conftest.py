@@ -17,9 +17,9 @@ import redis
 from hypothesis import HealthCheck, Phase, settings
 
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess, embedded_binary, find_redis_server
 from actors.errors import RedisServerNotFound
-from actors.store import Store
+from actors.server.embedded import RedisProcess, embedded_binary, find_redis_server
+from actors.storage.store import Store
 
 # "ci": a fixed seed (derandomize) and enough runs that the stateful test reaches dead jobs,
 # requeues and expiries on every binary; about half a minute per binary on 2 cores.

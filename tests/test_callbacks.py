@@ -21,8 +21,8 @@ from actors.callbacks import (
     CallbackRefused,
     register_callbacks,
 )
-from actors.embedded import RedisProcess
 from actors.errors import ConfigError
+from actors.server.embedded import RedisProcess
 
 
 @dataclass

@@ -13,11 +13,11 @@ import redis
 from _actor_support import ready_ids, stats, stop_actors, wait_for  # noqa: F401
 
 from actors import DelayQueue
-from actors._messages import Carry
-from actors.carrier import Carrier
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
-from actors.store import Store
+from actors.runtime.carrier import Carrier
+from actors.runtime.messages import Carry
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import redis
 
-from actors._namespace_config import ensure_shards
 from actors.clock import SystemClock
-from actors.embedded import RedisProcess
-from actors.embedded_default import socket_path_for
-from actors.keys import member, shard_of
-from actors.sharding import ShardedStore
-from actors.store import Store
+from actors.server.embedded import RedisProcess
+from actors.server.embedded_default import socket_path_for
+from actors.storage.keys import member, shard_of
+from actors.storage.namespace_config import ensure_shards
+from actors.storage.sharding import ShardedStore
+from actors.storage.store import Store
 
 NS = "clitest"
 
@@ -495,7 +495,8 @@ def test_sigterm_during_a_command_stops_the_embedded_server(tmp_path: Path) -> N
     script = textwrap.dedent(
         """
         import sys, time
-        from actors import cli, _cli_jobs
+        from actors.cli import app as cli
+        from actors.cli import jobs as _cli_jobs
         def slow(ctx, args):
             ctx.store()
             print("connected", flush=True)

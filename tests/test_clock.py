@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
-from actors.embedded import RedisProcess
+from actors.server.embedded import RedisProcess
 
 WAIT_S = 5.0  # generous: a loaded 2-core machine may be slow to schedule the timer thread
 

@@ -14,9 +14,10 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError, TryAgainError
 
 from actors.clock import FakeClock, SystemClock
-from actors.sharding import Durability, ShardedStore
-from actors.store import Store, TopicConfig
-from actors.topology import connect, describe
+from actors.storage.sharding import ShardedStore
+from actors.storage.store import Store
+from actors.storage.topology import connect, describe
+from actors.values import Durability, TopicConfig
 from simulations.local_redis import LocalCluster
 
 SHARDS = 6

@@ -14,8 +14,8 @@ from _processes import WorkerProcess, deliveries
 
 from actors import DelayQueue, Job
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
-from actors.store import Store
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

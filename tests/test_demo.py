@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from actors.demo import plan_orders
-from actors.embedded import RedisProcess, embedded_binary
+from actors.cli.demo import plan_orders
+from actors.server.embedded import RedisProcess, embedded_binary
 
 
 def env_without_redis_server(tmp_path: Path) -> dict[str, str]:

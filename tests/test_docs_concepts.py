@@ -8,7 +8,8 @@ import inspect
 import re
 from pathlib import Path
 
-from actors import _messages, shutdown
+from actors.runtime import messages as _messages
+from actors.runtime import shutdown
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 ROOT = DOCS.parent
@@ -39,7 +40,7 @@ def test_the_message_table_names_every_message_once_with_sender_and_receiver() -
 
 def test_the_actor_table_points_at_modules_that_exist() -> None:
     for row in table_rows("The actors"):
-        (module,) = re.findall(r"`(actors/\w+\.py)`", row[1])
+        (module,) = re.findall(r"`(actors/[\w/]+\.py)`", row[1])
         assert (ROOT / module).is_file(), module
 
 

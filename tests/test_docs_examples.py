@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from actors._cli_output import Exit
-from actors.cli import subcommand_names
+from actors.cli.app import subcommand_names
+from actors.cli.output import Exit
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BLOCK_RE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

@@ -17,14 +17,15 @@ import pytest
 import redis
 from conftest import redis_binaries
 
-from actors import FakeClock, Store, TopicConfig, _record
+from actors import FakeClock, Store, TopicConfig
 from actors import _constants as c
-from actors._namespace_config import config_key
-from actors._scripts import lua_dir, sources
-from actors.embedded import RedisProcess
-from actors.keys import ShardKeys
 from actors.model import Event
-from actors.sharding import ready_channel
+from actors.server.embedded import RedisProcess
+from actors.storage import codec as _record
+from actors.storage.keys import ShardKeys
+from actors.storage.namespace_config import config_key
+from actors.storage.scripts import lua_dir, sources
+from actors.storage.sharding import ready_channel
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _SCRIPT_RE = re.compile(r"[a-z_]+-\d+\.lua")

@@ -17,13 +17,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from actors.embedded import embedded_binary
-from actors.embedded_default import EmbeddedServer, socket_path_for, start_embedded
+from actors.server.embedded import embedded_binary
+from actors.server.embedded_default import EmbeddedServer, socket_path_for, start_embedded
 
 HOLDER = textwrap.dedent(
     """
     import sys
-    from actors.embedded_default import start_embedded
+    from actors.server.embedded_default import start_embedded
     server = start_embedded(sys.argv[1])
     print("started" if server.started_here else "reused", flush=True)
     sys.stdin.readline()   # hold the server until the test says so
@@ -161,7 +161,7 @@ def test_a_server_orphaned_by_a_killed_process_is_reused_then_stopped(data_dir: 
 
 
 def test_the_server_is_stopped_when_the_process_exits(data_dir: Path) -> None:
-    code = "import sys, actors.embedded_default as e; e.start_embedded(sys.argv[1])"
+    code = "import sys, actors.server.embedded_default as e; e.start_embedded(sys.argv[1])"
     subprocess.run([sys.executable, "-c", code, str(data_dir)], check=True, timeout=30)
     assert not server_answers(socket_path_for(data_dir.resolve()))
 
@@ -173,7 +173,7 @@ def test_ctrl_c_in_the_terminal_does_not_reach_the_server(data_dir: Path) -> Non
         # A shell's background job starts with SIGINT ignored (POSIX), and Python then installs
         # no KeyboardInterrupt handler; restore it so the test sees what a terminal would.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from actors.embedded_default import start_embedded
+        from actors.server.embedded_default import start_embedded
         server = start_embedded(sys.argv[1])
         try:
             print("waiting", flush=True)

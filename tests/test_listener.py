@@ -21,13 +21,13 @@ from _actor_support import (  # noqa: F401
     wait_for,
 )
 
-from actors._messages import SetListener
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
 from actors.job import Job
-from actors.listener import TopicListener
-from actors.pool import ConsumerPool
-from actors.store import Store
+from actors.runtime.listener import TopicListener
+from actors.runtime.messages import SetListener
+from actors.runtime.pool import ConsumerPool
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 
@@ -54,7 +54,7 @@ class Unit:
 
     def listener_stats(self) -> dict[str, Any]:
         """Asks even while the listener is blocked: unblocks it until it answers."""
-        from actors._messages import Stats
+        from actors.runtime.messages import Stats
 
         answer = self.listener.ask(Stats(), block=False)
         deadline = time.monotonic() + 5
@@ -182,7 +182,7 @@ def stats_or_none(ref: pykka.ActorRef[Any]) -> Any:
 
 
 def _stats_message() -> Any:
-    from actors._messages import Stats
+    from actors.runtime.messages import Stats
 
     return Stats()
 

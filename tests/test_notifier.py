@@ -11,10 +11,10 @@ import pytest
 import redis
 from _actor_support import stop_actors, wait_for  # noqa: F401  (fixture)
 
-from actors._messages import Carry, Wake
 from actors.clock import FakeClock
-from actors.notifier import ReadyNotice, ShardNotifier
-from actors.sharding import ShardedStore
+from actors.runtime.messages import Carry, Wake
+from actors.runtime.notifier import ReadyNotice, ShardNotifier
+from actors.storage.sharding import ShardedStore
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

@@ -14,14 +14,15 @@ import pytest
 import redis
 from _actor_support import events, stats, stop_actors, wait_for  # noqa: F401
 
-from actors._handlers import Outcome
-from actors._messages import Run, SetListener
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
 from actors.job import Job, Retry
-from actors.listener import TopicListener
-from actors.pool import ConsumerPool
-from actors.store import Lease, Store, TopicConfig
+from actors.runtime._handlers import Outcome
+from actors.runtime.listener import TopicListener
+from actors.runtime.messages import Run, SetListener
+from actors.runtime.pool import ConsumerPool
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
+from actors.values import Lease, TopicConfig
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

@@ -19,8 +19,8 @@ from _actor_support import stop_actors, wait_for  # noqa: F401
 from _processes import WorkerProcess, deliveries, produce
 
 from actors import ConfigError, DelayQueue, Job
-from actors.embedded import RedisProcess
-from actors.jobstore import JobStore
+from actors.server.embedded import RedisProcess
+from actors.storage.jobstore import JobStore
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

@@ -11,7 +11,8 @@ from actors.clock import FakeClock
 from actors.errors import ErrorCode
 from actors.model import State
 from actors.replay import Drift, compare, fold, history
-from actors.store import AuditRetention, Store, TopicConfig
+from actors.storage.store import Store
+from actors.values import AuditRetention, TopicConfig
 
 
 def busy_store(store: Store, clock: FakeClock) -> dict[str, int]:

@@ -17,7 +17,8 @@ from redis.crc import key_slot
 
 from actors import DelayQueue, Job
 from actors.replay import compare, fold
-from actors.sharding import Durability, ShardedStore
+from actors.storage.sharding import ShardedStore
+from actors.values import Durability
 from simulations.local_redis import LocalCluster, LocalSentinel
 
 pytestmark = pytest.mark.usefixtures("stop_actors")

@@ -7,7 +7,7 @@ import re
 import pytest
 import redis
 
-from actors._scripts import ScriptRunner, lua_dir, sources
+from actors.storage.scripts import ScriptRunner, lua_dir, sources
 
 TRANSITIONS = {
     "add",

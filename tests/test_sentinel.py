@@ -11,9 +11,11 @@ from _cluster_flow import TOPIC, Flow
 from cluster import sentinel_setup  # noqa: F401  (fixture)
 
 from actors.clock import FakeClock, SystemClock
-from actors.sharding import Durability, NotReplicatedError, ShardedStore, open_store
-from actors.store import Store, TopicConfig
-from actors.topology import connect, describe
+from actors.errors import NotReplicatedError
+from actors.storage.sharding import ShardedStore, open_store
+from actors.storage.store import Store
+from actors.storage.topology import connect, describe
+from actors.values import Durability, TopicConfig
 from simulations.local_redis import LocalSentinel
 
 FLOW_CONFIG = TopicConfig(retry_ms=(100,) * 20, lease_ms=1_000)

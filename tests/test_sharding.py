@@ -7,14 +7,15 @@ from collections import Counter
 import pytest
 import redis
 
-from actors._namespace_config import config_key, ensure_shards, stored_shards
 from actors.clock import FakeClock
-from actors.errors import ConfigError, ErrorCode, JobExistsError, ValidationError
-from actors.jobstore import JobStore
-from actors.keys import shard_of
+from actors.errors import ConfigError, ErrorCode, JobExistsError, PartialAddError, ValidationError
 from actors.replay import compare, fold
-from actors.sharding import PartialAddError, ShardedStore, open_store, ready_channel
-from actors.store import AuditRetention, Store, TopicConfig
+from actors.storage.jobstore import JobStore
+from actors.storage.keys import shard_of
+from actors.storage.namespace_config import config_key, ensure_shards, stored_shards
+from actors.storage.sharding import ShardedStore, open_store, ready_channel
+from actors.storage.store import Store
+from actors.values import AuditRetention, TopicConfig
 
 SHARDS = 3
 

@@ -26,12 +26,13 @@ from _actor_support import (  # noqa: F401
 )
 
 from actors import DelayQueue, Job
-from actors._messages import Drain, Run
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
-from actors.pool import ConsumerPool
-from actors.store import Store, TopicConfig
-from actors.sweeper import RetrySweeper
+from actors.runtime.messages import Drain, Run
+from actors.runtime.pool import ConsumerPool
+from actors.runtime.sweeper import RetrySweeper
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
+from actors.values import TopicConfig
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

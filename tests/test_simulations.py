@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from actors.clock import FakeClock
-from actors.store import Snapshot, Store, TopicConfig
+from actors.storage.store import Store
+from actors.values import Snapshot, TopicConfig
 from simulations.checkers import (
     EXIT_CODES,
     EXIT_NO_REDIS,

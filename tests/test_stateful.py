@@ -50,12 +50,13 @@ from hypothesis.stateful import (
 
 from actors import _constants as c
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess, server_version
 from actors.errors import ErrorCode, JobExistsError
-from actors.keys import split_member
 from actors.model import Model, State
 from actors.replay import Replay, compare, fold
-from actors.store import Lease, Store, TopicConfig, _s
+from actors.server.embedded import RedisProcess, server_version
+from actors.storage.keys import split_member
+from actors.storage.store import Store, _s
+from actors.values import Lease, TopicConfig
 
 Key = tuple[str, str]
 

@@ -14,7 +14,8 @@ from _audit import AuditCursor, structure_problems
 
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
-from actors.store import Lease, Store, TopicConfig, _s
+from actors.storage.store import Store, _s
+from actors.values import Lease, TopicConfig
 
 SCHEDULE = TopicConfig(retry_ms=(1_000, 5_000), lease_ms=2_000)
 
@@ -798,8 +799,8 @@ def test_snapshot_agrees_with_get_for_every_job(
 
 
 def test_a_store_refuses_a_decoding_client(redis_server: object, fake_clock: FakeClock) -> None:
-    from actors.embedded import RedisProcess
     from actors.errors import ConfigError
+    from actors.server.embedded import RedisProcess
 
     assert isinstance(redis_server, RedisProcess)
     client: redis.Redis = redis_server.client(decode_responses=True)

@@ -10,9 +10,10 @@ import redis
 from _actor_support import events, stats, stop_actors, wait_for  # noqa: F401
 
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
-from actors.store import Store, TopicConfig
-from actors.sweeper import RetrySweeper
+from actors.runtime.sweeper import RetrySweeper
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
+from actors.values import TopicConfig
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

@@ -1,13 +1,13 @@
-"""actors.topology.connect: which client a URL opens, and what it refuses."""
+"""actors.storage.topology.connect: which client a URL opens, and what it refuses."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
-from actors.embedded import RedisProcess
 from actors.errors import ConfigError
-from actors.topology import connect, describe, is_cluster
+from actors.server.embedded import RedisProcess
+from actors.storage.topology import connect, describe, is_cluster
 
 
 def test_a_unix_socket_url_opens_one_server(redis_server: RedisProcess) -> None:

@@ -16,7 +16,8 @@ import redis
 from actors import _constants as c
 from actors.clock import FakeClock
 from actors.errors import ValidationError
-from actors.store import Store, TopicConfig
+from actors.storage.store import Store
+from actors.values import TopicConfig
 
 
 @pytest.fixture

@@ -13,16 +13,16 @@ import pytest
 from _actor_support import ready_ids, stats, stop_actors, wait_for  # noqa: F401
 
 from actors import DelayQueue
-from actors._actor import RedelayActor
-from actors._messages import Health, Run, Supervise, Wake
-from actors.carrier import Carrier
 from actors.clock import FakeClock
-from actors.embedded import RedisProcess
-from actors.keys import ShardKeys
-from actors.listener import TopicListener
-from actors.pool import ConsumerPool
-from actors.store import Store
-from actors.watchdog import Watchdog
+from actors.runtime._actor import RedelayActor
+from actors.runtime.carrier import Carrier
+from actors.runtime.listener import TopicListener
+from actors.runtime.messages import Health, Run, Supervise, Wake
+from actors.runtime.pool import ConsumerPool
+from actors.runtime.watchdog import Watchdog
+from actors.server.embedded import RedisProcess
+from actors.storage.keys import ShardKeys
+from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

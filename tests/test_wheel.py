@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from actors.embedded import RedisProcess
+from actors.server.embedded import RedisProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ SNIPPET = textwrap.dedent(
 
     import actors
     from actors import FakeClock, Store
-    from actors._scripts import lua_dir, sources
+    from actors.storage.scripts import lua_dir, sources
 
     package = Path(actors.__file__).resolve().parent
     assert "site-packages" in package.parts, package

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from actors._scripts import sources
+from actors.storage.scripts import sources
 
 from . import chart, redis_limit, report, targets
 from .profiling import profile_redelay

@@ -25,11 +25,12 @@ from .systems import BY_NAME
 SAMPLE_RATE_HZ = 1_000  # as passed to py-spy by runner.attach_profiler
 _FRAME_RE = re.compile(r"^(?P<function>.*) \((?P<file>[^():]+)(?::(?P<line>\d+))?\)$")
 
-# py-spy prints paths relative to their sys.path entry ("redis/client.py", "actors/pool.py").
+# py-spy prints paths relative to their sys.path entry ("redis/client.py",
+# "actors/runtime/pool.py").
 AREAS = (
     ("redis-py (commands, socket, parsing)", ("redis/",)),
     ("pykka (mailboxes, messages)", ("pykka/",)),
-    ("redelay store and scripts", ("actors/store.py", "actors/_scripts.py", "actors/_record.py")),
+    ("redelay store and scripts", ("actors/storage/",)),
     ("redelay actors", ("actors/",)),
     ("benchmark handler", ("simulations/bench/",)),
     ("msgpack and JSON", ("msgpack/", "orjson", "json/")),

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.clock import FakeClock
-from actors.store import NewJob, Store
+from actors.storage.store import Store
+from actors.values import NewJob
 
 from .jobs import BenchJob
 from .server import BenchServer

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from actors.embedded import RedisProcess
+from actors.server.embedded import RedisProcess
 
 REDIS_CORE = 1
 CLIENT_CORE = 0

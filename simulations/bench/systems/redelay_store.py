@@ -12,7 +12,7 @@ import orjson
 import redis
 
 from actors.clock import SystemClock
-from actors.store import Store
+from actors.storage.store import Store
 
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive
 from ..recorder import Recorder

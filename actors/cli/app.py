@@ -1,0 +1,197 @@
+"""The ``redelay`` command: inspect and drive a queue, run workers, and the demo.
+
+Every subcommand takes ``--redis URL`` / ``--namespace`` (or ``REDELAY_REDIS_URL`` /
+``REDELAY_NAMESPACE``); without a URL it uses the embedded default server in ``--data-dir``.
+Exit codes are in :class:`actors.cli.output.Exit` and docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+import redis
+
+from actors.cli import audit as _cli_audit
+from actors.cli import jobs as _cli_jobs
+from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context
+from actors.cli.output import CliError, Exit, print_json
+from actors.errors import ConfigError, ValidationError
+
+EPILOG = """exit codes: 0 ok, 1 not found or drift, 2 usage or bad input, 3 no Redis,
+4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted.
+Details: docs/cli.md"""
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options every subcommand takes, before or after its name (hence SUPPRESS defaults)."""
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_argument_group("where the queue is")
+    where.add_argument(
+        "--redis",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help=f"redis://host:port/db, rediss://..., unix:///path.sock (env {ENV_URL}); "
+        "default: a private embedded redis-server in --data-dir",
+    )
+    where.add_argument(
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help=f"the queue's namespace (env {ENV_NAMESPACE}; default: default)",
+    )
+    where.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help=f"the embedded server's data directory (env {ENV_DATA_DIR}; default: ./.redelay)",
+    )
+    output = common.add_argument_group("output")
+    output.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
+    )
+    output.add_argument(
+        "--progress",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="report progress of long work on stderr (default: only on a terminal)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="redelay",
+        description="A delay queue for Python services, on Redis.",
+        parents=[common],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="an order-timeout shop on the embedded server (about 15 s)",
+        description="Runs an order-timeout shop: orders time out, some handlers fail and are "
+        "retried on a compressed schedule, one order ends dead.",
+    )
+    p.add_argument("--orders", type=int, default=12, help="how many orders (default 12)")
+    p.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    p.add_argument("--speed", type=float, default=100.0, help="schedule divisor (default 100)")
+    p.set_defaults(run=_run_demo)
+
+    p = sub.add_parser(
+        "worker",
+        parents=[common],
+        help="run the handlers of a DelayQueue until SIGTERM or SIGINT",
+        description="Imports MODULE, takes its DelayQueue QUEUE (an attribute, or a function "
+        "returning one), starts it, and stops it gracefully on SIGTERM or SIGINT. The queue's own "
+        "redis/namespace settings apply; --redis and --namespace are not used.",
+    )
+    p.add_argument("target", metavar="MODULE:QUEUE", help="e.g. myapp.tasks:queue")
+    p.add_argument(
+        "--grace", type=float, default=20.0, help="seconds running handlers get at stop (20)"
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.set_defaults(run=_run_worker)
+
+    _cli_jobs.add_parsers(sub, common)
+    _cli_audit.add_parsers(sub, common)
+    return parser
+
+
+def subcommand_names() -> list[str]:
+    """Every subcommand, in the order of ``--help`` (the docs test checks each is documented)."""
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
+def _run_demo(ctx: Context, args: argparse.Namespace) -> int:
+    from actors.cli.demo import run_demo  # imports the actors; only the demo needs them
+
+    return run_demo(ctx, args)
+
+
+def _run_worker(ctx: Context, args: argparse.Namespace) -> int:
+    from actors.cli.worker import run_worker
+
+    return run_worker(ctx, args)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM ends a command like Ctrl-C does, so `finally` blocks and atexit stop the embedded
+    # server (the worker installs its own handler).
+    raise KeyboardInterrupt
+
+
+# Options whose values may be relative times like "-5m", which argparse would take for options.
+TIME_OPTIONS = ("--at", "--since")
+
+
+def _join_relative_times(argv: Sequence[str]) -> list[str]:
+    """``--at -5m`` -> ``--at=-5m`` so both spellings work."""
+    out: list[str] = []
+    items = list(argv)
+    n = 0
+    while n < len(items):
+        item = items[n]
+        following = items[n + 1] if n + 1 < len(items) else ""
+        if item in TIME_OPTIONS and following[:1] == "-" and following[1:2].isdigit():
+            out.append(f"{item}={following}")
+            n += 2
+            continue
+        out.append(item)
+        n += 1
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(_join_relative_times(sys.argv[1:] if argv is None else argv))
+    ctx = Context(
+        args,
+        json=getattr(args, "json", False),
+        progress=getattr(args, "progress", False) or sys.stderr.isatty(),
+    )
+    if args.command != "worker":
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code: int = args.run(ctx, args)
+        return code
+    except CliError as exc:
+        return _fail(ctx, exc.code, exc.kind, str(exc))
+    except ValidationError as exc:
+        return _fail(ctx, Exit.USAGE, "invalid", str(exc))
+    except ConfigError as exc:
+        return _fail(ctx, Exit.USAGE, "config", str(exc))
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        return _fail(ctx, Exit.NO_REDIS, "no_redis", f"lost the connection to Redis: {exc}")
+    except redis.RedisError as exc:
+        # e.g. OOM under maxmemory: nothing was written (scripts refuse before their first write).
+        return _fail(ctx, Exit.REDIS_REFUSED, "redis_refused", f"Redis refused: {exc}")
+    except KeyboardInterrupt:
+        return _fail(ctx, Exit.INTERRUPTED, "interrupted", "interrupted")
+    except BrokenPipeError:
+        # stdout closed early (`redelay history ... | head`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.OK
+    finally:
+        ctx.close()
+
+
+def _fail(ctx: Context, code: int, kind: str, message: str) -> int:
+    print(f"redelay: error: {message}", file=sys.stderr)
+    if ctx.json:
+        print_json({"error": kind, "message": message, "exit_code": int(code)})
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""Subcommands on the audit stream: history (one job), replay (every job at a moment), verify."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from actors.cli.context import Context
+from actors.cli.output import (
+    CliError,
+    Exit,
+    Progress,
+    format_duration_ms,
+    format_relative_ms,
+    format_time_ms,
+    iso_ms,
+    parse_time_ms,
+    print_json,
+    table,
+    usage_error,
+)
+from actors.replay import Drift, Replay, ReplayedJob, compare, fold
+from actors.storage.keys import shard_of
+from actors.storage.store import Store
+from actors.values import Snapshot
+
+Entry = tuple[str, dict[str, str]]
+CHUNK = 5_000
+VERIFY_ATTEMPTS = 5
+BASE_FIELDS = ("e", "t", "i", "a", "ms")
+STATES = ("delayed", "ready", "leased", "dead")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "history",
+        parents=[common],
+        help="one job's timeline from the audit stream",
+        description="Every event of one job, oldest first, read from the audit stream.",
+    )
+    p.add_argument("topic")
+    p.add_argument("id")
+    p.add_argument("--since", help="read the stream from this time on (faster on long streams)")
+    p.set_defaults(run=run_history)
+
+    p = sub.add_parser(
+        "replay",
+        parents=[common],
+        help="every job's state at a moment, rebuilt from the audit stream",
+        description="Folds the audit stream up to --at and shows every job that was live then.",
+    )
+    p.add_argument("--at", default="now", help="ISO 8601, epoch seconds, -5m, or now (default)")
+    p.add_argument("--topic", help="only jobs of this topic")
+    p.add_argument("--state", choices=STATES, help="only jobs in this state")
+    p.add_argument("--limit", type=int, default=50, help="most jobs listed (default 50; JSON: all)")
+    p.set_defaults(run=run_replay)
+
+    p = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="replay the stream and compare it with the live state (exit 1 on drift)",
+        description=(
+            "Replays the whole audit stream and compares the result with every live job. "
+            "Exit 0 when they agree, 1 on drift or illegal events."
+        ),
+    )
+    p.set_defaults(run=run_verify)
+
+
+def stream_entries(store: Store, start: str = "-", end: str = "+") -> Iterator[Entry]:
+    """Audit entries between two stream ids (inclusive), oldest first, read in chunks."""
+    while True:
+        entries = store.audit_entries(start, end, CHUNK)
+        yield from entries
+        if len(entries) < CHUNK:
+            return
+        start = "(" + entries[-1][0]
+
+
+def _progress(ctx: Context, shards: list[Store], label: str) -> Progress:
+    total = sum(int(shard.client.xlen(shard.keys.audit)) for shard in shards)
+    return Progress(label, total, enabled=ctx.progress)
+
+
+def _merge(replays: list[Replay]) -> Replay:
+    """Shards hold disjoint jobs, each with its own stream: their replays simply add up."""
+    merged = Replay()
+    for replay in replays:
+        merged.jobs.update(replay.jobs)
+        merged.ended.update(replay.ended)
+        merged.anomalies += replay.anomalies
+        merged.events += replay.events
+        merged.last_ms = max(merged.last_ms, replay.last_ms)
+    return merged
+
+
+# -- history --------------------------------------------------------------------------------
+
+
+def event_details(fields: dict[str, str]) -> str:
+    """The part of an event people read: where it went, why, until when."""
+    ms = int(fields["ms"])
+    parts: list[str] = []
+    if "to" in fields:
+        parts.append(f"-> {fields['to']}")
+    if "due" in fields and fields["e"] != "ready":
+        parts.append(f"due {format_relative_ms(int(fields['due']), ms)}")
+    if "dl" in fields:
+        parts.append(f"lease for {format_duration_ms(int(fields['dl']) - ms)}")
+    if fields.get("by"):
+        parts.append(f"by {fields['by']}")
+    for name in ("from", "via", "op", "code"):
+        if name in fields:
+            parts.append(f"{name} {fields[name]}")
+    if "detail" in fields:
+        parts.append(fields["detail"])
+    if "why" in fields:
+        parts.append(f"why: {fields['why']}")
+    if fields.get("cancelled"):
+        parts.append("(cancel had been requested)")
+    return ", ".join(parts)
+
+
+def event_json(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": entry_id,
+        "event": fields["e"],
+        "attempt": int(fields["a"]),
+        "at_ms": int(fields["ms"]),
+        "at": iso_ms(int(fields["ms"])),
+        "fields": {k: v for k, v in fields.items() if k not in BASE_FIELDS},
+    }
+
+
+def run_history(ctx: Context, args: argparse.Namespace) -> int:
+    store = ctx.store()
+    shards = ctx.shards()
+    shard = shards[shard_of(args.topic, args.id, len(shards))]  # a job's events are in its shard
+    start = "-"
+    if args.since is not None:
+        start = f"{parse_time_ms(args.since, store.clock.now_ms(), 'since')}-0"
+    progress = _progress(ctx, [shard], "reading audit stream")
+    events = [
+        (entry_id, fields)
+        for entry_id, fields in progress.wrap(stream_entries(shard, start))
+        if fields.get("i") == args.id and fields.get("t") == args.topic
+    ]
+    progress.done()
+    if not events:
+        raise CliError(
+            Exit.NOT_FOUND,
+            "not_found",
+            f"no events for {args.topic}/{args.id} in the audit stream "
+            "(wrong topic/id, namespace, or trimmed by retention)",
+        )
+    if ctx.json:
+        print_json([event_json(entry_id, fields) for entry_id, fields in events])
+        return Exit.OK
+    first_ms = int(events[0][1]["ms"])
+    rows = []
+    for _, fields in events:
+        ms = int(fields["ms"])
+        since = f"+{(ms - first_ms) / 1000:.3f}s"
+        rows.append([format_time_ms(ms), since, fields["e"], fields["a"], event_details(fields)])
+    print(f"{args.topic}/{args.id}: {len(events)} events")
+    print(table(["time", "since first", "event", "attempt", "details"], rows))
+    info = store.get(args.topic, args.id)
+    print(f"\nnow: {info.state if info is not None else 'gone (' + events[-1][1]['e'] + ')'}")
+    return Exit.OK
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def replayed_json(job: ReplayedJob) -> dict[str, Any]:
+    return {
+        "topic": job.topic,
+        "id": job.id,
+        "state": job.state.value,
+        "due_ms": job.due_ms,
+        "attempts_failed": job.attempts_failed,
+        "lease_token": job.token,
+        "lease_deadline_ms": job.deadline_ms,
+        "cancel_requested": job.cancel_requested,
+        "partial": job.partial,
+    }
+
+
+def run_replay(ctx: Context, args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise usage_error("replay: --limit must be at least 1")
+    store = ctx.store()
+    at_ms = parse_time_ms(args.at, store.clock.now_ms(), "at")
+    shards = ctx.shards()
+    progress = _progress(ctx, shards, "replaying audit stream")
+    replay = _merge([fold(progress.wrap(stream_entries(s)), until_ms=at_ms) for s in shards])
+    progress.done()
+    jobs = [
+        job
+        for job in sorted(replay.jobs.values(), key=lambda j: (j.topic, j.id))
+        if (args.topic is None or job.topic == args.topic)
+        and (args.state is None or job.state.value == args.state)
+    ]
+    counts: dict[str, Counter[str]] = {}
+    for job in jobs:
+        counts.setdefault(job.topic, Counter())[job.state.value] += 1
+    ended = Counter(state.value for state in replay.ended.values())
+    if ctx.json:
+        print_json(
+            {
+                "at_ms": at_ms,
+                "at": iso_ms(at_ms),
+                "events": replay.events,
+                "counts": {t: {s: n[s] for s in STATES} for t, n in sorted(counts.items())},
+                "ended": {"acked": ended["acked"], "cancelled": ended["cancelled"]},
+                "jobs": [replayed_json(job) for job in jobs],
+                "anomalies": replay.anomalies,
+            }
+        )
+        return Exit.OK
+    print(f"state at {format_time_ms(at_ms)}, from {replay.events} events")
+    rows = [[t, *(n[s] for s in STATES)] for t, n in sorted(counts.items())]
+    print(table(["topic", *STATES], rows) if rows else "no live jobs")
+    print(f"ended by then: {ended['acked']} acked, {ended['cancelled']} cancelled")
+    if jobs:
+        print()
+        shown = [
+            [
+                job.topic,
+                job.id,
+                job.state.value + (" (partial)" if job.partial else ""),
+                format_time_ms(job.due_ms) if job.due_ms else "-",
+                job.attempts_failed,
+            ]
+            for job in jobs[: args.limit]
+        ]
+        print(table(["topic", "id", "state", "due", "failed"], shown))
+        if len(jobs) > args.limit:
+            print(f"... and {len(jobs) - args.limit} more (--limit, --topic, --state, --json)")
+    _print_anomalies(ctx, replay)
+    return Exit.OK
+
+
+def _print_anomalies(ctx: Context, replay: Replay) -> None:
+    if replay.anomalies:
+        ctx.note(f"{len(replay.anomalies)} events were not legal from the replayed state:")
+        for text in replay.anomalies[:20]:
+            ctx.note(f"  {text}")
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+
+def _last_entry_id(store: Store) -> str | None:
+    last = store.client.xrevrange(store.keys.audit, "+", "-", count=1)
+    if not last:
+        return None
+    raw = last[0][0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _consistent_read(shard: Store) -> tuple[str | None, Snapshot]:
+    """The shard's live state and the id of the last event that produced it.
+
+    Every transition writes its event in the same script, so when the stream's last entry is
+    the same before and after the snapshot, the snapshot is the state after exactly that entry.
+    """
+    for _ in range(VERIFY_ATTEMPTS):
+        before = _last_entry_id(shard)
+        live = shard.snapshot()
+        if _last_entry_id(shard) == before:
+            return before, live
+    raise CliError(
+        Exit.BUSY,
+        "busy",
+        f"the queue changed during each of {VERIFY_ATTEMPTS} reads of its state; "
+        "retry when it is quieter (or stop the workers)",
+    )
+
+
+def run_verify(ctx: Context, args: argparse.Namespace) -> int:
+    shards = ctx.shards()
+    progress = _progress(ctx, shards, "replaying audit stream")
+    replays: list[Replay] = []
+    live = Snapshot()
+    drift: list[Drift] = []
+    last_entries: list[str | None] = []
+    for shard in shards:
+        before, shard_live = _consistent_read(shard)
+        entries: Iterable[Entry] = [] if before is None else stream_entries(shard, "-", before)
+        replay = fold(progress.wrap(entries))
+        drift += compare(replay, shard_live)
+        replays.append(replay)
+        live.jobs.update(shard_live.jobs)
+        last_entries.append(before)
+    progress.done()
+    replay = _merge(replays)
+    ok = not drift and not replay.anomalies
+    if ctx.json:
+        print_json(
+            {
+                "ok": ok,
+                "events": replay.events,
+                "last_entries": last_entries,
+                "live_jobs": len(live.jobs),
+                "replayed_jobs": len(replay.jobs),
+                "drift": [
+                    {
+                        "topic": d.topic,
+                        "id": d.id,
+                        "field": d.field,
+                        "replayed": d.replayed,
+                        "live": d.live,
+                    }
+                    for d in drift
+                ],
+                "anomalies": replay.anomalies,
+            }
+        )
+    else:
+        print(
+            f"replayed {replay.events} events: {len(replay.jobs)} jobs; live: {len(live.jobs)} jobs"
+        )
+        for d in drift[:50]:
+            print(f"drift: {d}")
+        if len(drift) > 50:
+            print(f"... and {len(drift) - 50} more (--json lists all)")
+        _print_anomalies(ctx, replay)
+        print("ok: the stream and the live state agree" if ok else "DRIFT")
+    return Exit.OK if ok else Exit.NOT_FOUND

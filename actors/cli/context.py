@@ -1,0 +1,119 @@
+"""Where a command's Redis comes from: --redis / REDELAY_REDIS_URL, else the embedded default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+import redis
+
+from actors.cli.output import CliError, Exit
+from actors.clock import RedisSyncedClock
+from actors.errors import ConfigError, RedisServerNotFound
+from actors.server.embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
+from actors.storage.jobstore import JobStore
+from actors.storage.namespace_config import stored_retention, stored_shards
+from actors.storage.sharding import ShardedStore
+from actors.storage.store import Store
+from actors.storage.topology import RedisClient, connect
+
+ENV_URL = "REDELAY_REDIS_URL"
+ENV_NAMESPACE = "REDELAY_NAMESPACE"
+ENV_DATA_DIR = "REDELAY_DATA_DIR"
+DEFAULT_NAMESPACE = "default"
+CONNECT_TIMEOUT_S = 5.0
+
+
+def redis_url(args: argparse.Namespace) -> str | None:
+    return getattr(args, "redis", None) or os.environ.get(ENV_URL) or None
+
+
+def namespace(args: argparse.Namespace) -> str:
+    return getattr(args, "namespace", None) or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+
+
+def data_dir(args: argparse.Namespace) -> str:
+    return getattr(args, "data_dir", None) or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR
+
+
+def no_redis(message: str) -> CliError:
+    return CliError(Exit.NO_REDIS, "no_redis", message)
+
+
+@dataclass
+class Context:
+    """One command's connection, opened on first use and closed by :meth:`close`."""
+
+    args: argparse.Namespace
+    json: bool = False
+    progress: bool = False
+    embedded: EmbeddedServer | None = None
+    _client: RedisClient | None = None
+    _store: JobStore | None = None
+    _clock: RedisSyncedClock | None = None
+
+    def client(self) -> RedisClient:
+        if self._client is not None:
+            return self._client
+        url = redis_url(self.args)
+        if url is None:
+            try:
+                self.embedded = start_embedded(data_dir(self.args))
+            except RedisServerNotFound as exc:
+                raise no_redis(f"no --redis URL given and {exc}") from None
+            except (OSError, RuntimeError) as exc:
+                raise no_redis(f"could not start the embedded redis-server: {exc}") from None
+            client: RedisClient = self.embedded.client(socket_connect_timeout=CONNECT_TIMEOUT_S)
+        where = url or (self.embedded.url if self.embedded else "?")
+        try:
+            if url is not None:
+                # One server, Redis Cluster or Sentinel, as the URL says (actors.storage.topology).
+                client = connect(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+            client.ping()
+        except (ValueError, ConfigError) as exc:
+            raise CliError(Exit.USAGE, "usage", f"--redis: {exc}") from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise no_redis(f"cannot connect to Redis at {where}: {exc}") from None
+        self._client = client
+        return client
+
+    def store(self) -> JobStore:
+        """The namespace's store: one shard, or every shard when it was created sharded."""
+        if self._store is None:
+            client = self.client()
+            # Jobs are due on the Redis server's clock, whatever this machine's clock says.
+            self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)  # type: ignore[arg-type]
+            name = namespace(self.args)
+            # Read, never record: inspecting a namespace must not create its configuration.
+            shards = stored_shards(client, name) or 1
+            # Trim as the namespace's workers do, or a CLI write would delete their history.
+            retention = stored_retention(client, name)
+            if shards == 1 and isinstance(client, redis.Redis):
+                self._store = Store(client, name, self._clock, retention=retention)
+            else:
+                self._store = ShardedStore(
+                    client, name, self._clock, shards=shards, retention=retention
+                )
+        return self._store
+
+    def shards(self) -> list[Store]:
+        """Each shard's store: the audit stream, dead set and snapshots are per shard."""
+        store = self.store()
+        if isinstance(store, ShardedStore):
+            return list(store.shards)
+        assert isinstance(store, Store)
+        return [store]
+
+    def close(self) -> None:
+        if self._clock is not None:
+            self._clock.close()
+        if self._client is not None:
+            self._client.close()
+        if self.embedded is not None:
+            self.embedded.stop()
+
+    def note(self, text: str) -> None:
+        """A remark for people, kept off stdout so --json output stays parseable."""
+        print(text, file=sys.stderr)

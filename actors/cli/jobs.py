@@ -1,0 +1,312 @@
+"""Subcommands on jobs: add, cancel, get, stats, dead (list, requeue, purge)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from actors import _constants as c
+from actors.cli.context import Context
+from actors.cli.output import (
+    CliError,
+    Exit,
+    decode_body,
+    format_duration_ms,
+    format_relative_ms,
+    format_time_ms,
+    job_json,
+    parse_duration_s,
+    parse_schedule_s,
+    parse_time_ms,
+    print_json,
+    table,
+    usage_error,
+)
+from actors.errors import JobExistsError
+from actors.storage.keys import split_member
+from actors.storage.store import Store
+from actors.values import JobInfo
+
+STATES = ("delayed", "ready", "leased", "dead")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "add",
+        parents=[common],
+        help="add a job (due now, after --delay, or --at a time)",
+        description="Add a job. Without --delay or --at it is due now.",
+    )
+    p.add_argument("topic")
+    p.add_argument("id")
+    p.add_argument(
+        "--body",
+        default="null",
+        help="the job's body as JSON; @FILE reads it from a file, - from stdin (default: null)",
+    )
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", help="due after this long: 30 (seconds), 500ms, 5m, 1h30m")
+    when.add_argument("--at", help="due at: ISO 8601, epoch seconds, or +10m")
+    p.add_argument("--retry", help="this job's retry delays, e.g. 15s,3m,10m (default: topic's)")
+    p.add_argument("--lease", help="this job's lease, e.g. 30s (default: topic's)")
+    p.add_argument("--callback", metavar="URL", help="http(s) URL to POST the body to when due")
+    p.add_argument(
+        "--replace", action="store_true", help="reschedule the job if it exists (else: exit 4)"
+    )
+    p.set_defaults(run=run_add)
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p.add_argument("topic")
+    p.add_argument("id")
+    p.set_defaults(run=run_cancel)
+
+    p = sub.add_parser("get", parents=[common], help="show one job")
+    p.add_argument("topic")
+    p.add_argument("id")
+    p.set_defaults(run=run_get)
+
+    p = sub.add_parser("stats", parents=[common], help="jobs per topic and state")
+    p.set_defaults(run=run_stats)
+
+    p = sub.add_parser(
+        "dead",
+        parents=[common],
+        help="list, requeue or purge dead jobs",
+        description="Dead jobs: those whose retry schedule ran out.",
+    )
+    p.add_argument("action", nargs="?", choices=("list", "requeue", "purge"), default="list")
+    p.add_argument("--topic", help="only this topic")
+    p.add_argument("--id", help="only this job (needs --topic)")
+    p.add_argument("--all", action="store_true", help="every dead job (requeue, purge)")
+    p.add_argument("--limit", type=int, default=100, help="most jobs listed (default 100)")
+    p.set_defaults(run=run_dead)
+
+
+# -- add, cancel, get -------------------------------------------------------------------------
+
+
+def read_body(text: str) -> Any:
+    if text == "-":
+        source, raw = "stdin", sys.stdin.read()
+    elif text.startswith("@"):
+        source = text[1:]
+        try:
+            raw = Path(source).read_text()
+        except OSError as exc:
+            raise usage_error(f"body: cannot read {source}: {exc.strerror}") from None
+    else:
+        source, raw = "--body", text
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise usage_error(f"body: {source} is not valid JSON: {exc}") from None
+
+
+def run_add(ctx: Context, args: argparse.Namespace) -> int:
+    store = ctx.store()
+    now_ms = store.clock.now_ms()
+    body = read_body(args.body)
+    job = store.new_job(
+        args.topic,
+        args.id,
+        body,
+        delay_ms=None if args.delay is None else parse_duration_s(args.delay, "delay") * 1000,
+        due_ms=None if args.at is None else parse_time_ms(args.at, now_ms, "at"),
+        retry_ms=None if args.retry is None else [s * 1000 for s in parse_schedule_s(args.retry)],
+        lease_ms=None if args.lease is None else parse_duration_s(args.lease, "lease") * 1000,
+        callback=args.callback,
+    )
+    try:
+        before = store.add(job, replace=args.replace)
+    except JobExistsError:
+        raise CliError(
+            Exit.EXISTS,
+            "exists",
+            f"job {job.topic}/{job.id} already exists; pass --replace to reschedule it",
+        ) from None
+    info = store.get(job.topic, job.id)
+    state = info.state if info is not None else "gone"
+    if ctx.json:
+        print_json(
+            {
+                "topic": job.topic,
+                "id": job.id,
+                "state": state,
+                "due_ms": job.due_ms,
+                "replaced": before if before != "new" else None,
+            }
+        )
+    else:
+        verb = "added" if before == "new" else f"replaced ({before} before)"
+        print(
+            f"{verb} {job.topic}/{job.id}: {state}, due {format_time_ms(job.due_ms)} "
+            f"({format_relative_ms(job.due_ms, now_ms)})"
+        )
+    return Exit.OK
+
+
+def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
+    result = ctx.store().cancel(args.topic, args.id)
+    if ctx.json:
+        print_json({"topic": args.topic, "id": args.id, "result": result})
+    elif result == "removed":
+        print(f"cancelled {args.topic}/{args.id}")
+    elif result == "requested":
+        print(
+            f"cancel requested for {args.topic}/{args.id}: it is running now; it will not be "
+            "retried, whatever its handler does"
+        )
+    if result == "missing":
+        raise CliError(Exit.NOT_FOUND, "not_found", f"no job {args.topic}/{args.id}")
+    return Exit.OK
+
+
+def describe(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
+    rows = [
+        ("job", f"{info.topic}/{info.id}"),
+        ("state", info.state + (" (cancel requested)" if info.cancel_requested else "")),
+        ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
+        ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
+        ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
+        ("body", json.dumps(decode_body(info.body), ensure_ascii=False)),
+    ]
+    if info.callback:
+        rows.append(("callback", info.callback))
+    if info.retry_ms is not None:
+        rows.append(("retry", ",".join(format_duration_ms(ms) for ms in info.retry_ms)))
+    if info.lease_deadline_ms is not None:
+        deadline = info.lease_deadline_ms
+        rows.append(("lease until", f"{format_time_ms(deadline)} (token {info.token})"))
+    if info.dead_since_ms is not None:
+        since = info.dead_since_ms
+        rows.append(
+            ("dead since", f"{format_time_ms(since)} ({format_relative_ms(since, now_ms)})")
+        )
+    return rows
+
+
+def run_get(ctx: Context, args: argparse.Namespace) -> int:
+    store = ctx.store()
+    info = store.get(args.topic, args.id)
+    if info is None:
+        raise CliError(Exit.NOT_FOUND, "not_found", f"no job {args.topic}/{args.id}")
+    if ctx.json:
+        print_json(job_json(info))
+        return Exit.OK
+    rows = describe(info, store.clock.now_ms())
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+    print(f"\nhistory: redelay history {info.topic} {info.id}")
+    return Exit.OK
+
+
+# -- stats ----------------------------------------------------------------------------------
+
+
+def run_stats(ctx: Context, args: argparse.Namespace) -> int:
+    store = ctx.store()
+    counts = store.stats()
+    totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
+    next_due_ms = store.earliest_due_ms()
+    audit_entries = sum(int(shard.client.xlen(shard.keys.audit)) for shard in ctx.shards())
+    if ctx.json:
+        print_json(
+            {
+                "namespace": store.namespace,
+                "topics": counts,
+                "totals": totals,
+                "next_due_ms": next_due_ms,
+                "audit_entries": audit_entries,
+            }
+        )
+        return Exit.OK
+    rows = [[topic, *(row.get(s, 0) for s in STATES)] for topic, row in sorted(counts.items())]
+    rows.append(["(total)", *(totals[s] for s in STATES)])
+    print(table(["topic", *STATES], rows))
+    now_ms = store.clock.now_ms()
+    due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
+    print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")
+    return Exit.OK
+
+
+# -- dead -----------------------------------------------------------------------------------
+
+
+def dead_jobs(shards: list[Store], topic: str | None) -> list[tuple[str, str]]:
+    """Every dead (topic, id), optionally of one topic; read in chunks, shard by shard."""
+    found: list[tuple[str, str]] = []
+    for shard in shards:
+        start = 0
+        while True:
+            chunk = shard.client.zrange(shard.keys.dead, start, start + 999)
+            if not chunk:
+                break
+            start += len(chunk)
+            for raw in chunk:
+                key = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
+                if topic is None or key[0] == topic:
+                    found.append(key)
+    return found
+
+
+def run_dead(ctx: Context, args: argparse.Namespace) -> int:
+    if args.id is not None and args.topic is None:
+        raise usage_error("dead: --id needs --topic")
+    if args.action == "list":
+        return _dead_list(ctx, args)
+    if not (args.all or args.topic):
+        raise usage_error(f"dead {args.action}: say which jobs: --topic T [--id ID], or --all")
+    if args.all and args.topic:
+        raise usage_error(f"dead {args.action}: give either --all or --topic, not both")
+    store = ctx.store()
+    one = args.id is not None
+    targets = [(args.topic, args.id)] if one else dead_jobs(ctx.shards(), args.topic)
+    change = store.requeue_dead if args.action == "requeue" else store.purge_dead
+    done = 0
+    for start in range(0, len(targets), c.BATCH_MAX_JOBS):
+        done += change(targets[start : start + c.BATCH_MAX_JOBS])
+    past = "requeued" if args.action == "requeue" else "purged"
+    if ctx.json:
+        print_json({past: done})
+    else:
+        print(f"{past} {done} dead job{'s' if done != 1 else ''}")
+    if args.id is not None and done == 0:
+        raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
+    return Exit.OK
+
+
+def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
+    store = ctx.store()
+    if args.limit < 1:
+        raise usage_error("dead list: --limit must be at least 1")
+    if args.id is not None:
+        info = store.get(args.topic, args.id)
+        if info is None or info.state != "dead":
+            raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
+        infos = [info]
+    else:
+        infos = store.dead(args.topic, args.limit)
+    if ctx.json:
+        print_json([job_json(info) for info in infos])
+        return Exit.OK
+    if not infos:
+        print("no dead jobs")
+        return Exit.OK
+    now_ms = store.clock.now_ms()
+    rows = [
+        [
+            info.topic,
+            info.id,
+            info.attempts_failed,
+            format_time_ms(info.dead_since_ms or 0),
+            format_relative_ms(info.dead_since_ms or 0, now_ms),
+        ]
+        for info in infos
+    ]
+    print(table(["topic", "id", "attempts", "died", "ago"], rows))
+    print("\nwhy a job died: redelay history TOPIC ID")
+    return Exit.OK

@@ -1,0 +1,106 @@
+"""``redelay worker MODULE:QUEUE``: run a DelayQueue's handlers until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from types import FrameType
+from typing import Any
+
+from actors.cli.context import Context
+from actors.cli.output import CliError, Exit, print_json, usage_error
+from actors.queue import DelayQueue
+
+log = logging.getLogger("redelay.worker")
+
+
+def load_queue(target: str) -> DelayQueue:
+    """``package.module:attr`` (``attr`` may be dotted, or a function returning a queue)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise usage_error(f"worker: {target!r} is not MODULE:QUEUE (e.g. myapp.tasks:queue)")
+    # Like other app runners, find modules in the current directory too.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise usage_error(f"worker: no module named {module_name!r}") from None
+        traceback.print_exc()  # a module the user's module imports is missing
+        raise usage_error(f"worker: importing {module_name!r} failed: {exc}") from None
+    except Exception as exc:
+        traceback.print_exc()  # the user's module raised: its traceback is what helps
+        raise usage_error(f"worker: importing {module_name!r} failed: {exc!r}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise usage_error(f"worker: module {module_name!r} has no {attr!r}") from None
+    if not isinstance(obj, DelayQueue) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, DelayQueue):
+        raise usage_error(f"worker: {target} is a {type(obj).__name__}, not a DelayQueue")
+    return obj
+
+
+def run_worker(ctx: Context, args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.grace < 0:
+        raise usage_error("worker: --grace must be >= 0")
+    stop_requested = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            # A second signal means "now": leased jobs come back when their leases expire.
+            log.warning("second signal: exiting without waiting for running handlers")
+            os._exit(Exit.INTERRUPTED)
+        stop_requested.set()
+
+    # Installed before the import, so a signal during a slow start still stops gracefully.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    queue = load_queue(args.target)
+    queue.start()
+    log.info("worker started (pid %d, %s); stop with SIGTERM or Ctrl-C", os.getpid(), args.target)
+    if ctx.json:
+        print_json({"event": "started", "pid": os.getpid(), "target": args.target})
+        sys.stdout.flush()
+    stop_requested.wait()
+    name = signal.Signals(received[0]).name
+    log.info("%s: stopping, running handlers get %.1fs", name, args.grace)
+    report = queue.stop(grace=args.grace)
+    log.info("stopped: %s", report)
+    if ctx.json:
+        print_json({"event": "stopped", "signal": name, "report": _jsonable(report)})
+    if report.get("still_running"):
+        raise CliError(
+            Exit.WORKER_FAILED,
+            "grace_exceeded",
+            f"handlers were still running after {args.grace}s; their jobs will be retried "
+            "when their leases expire",
+        )
+    return Exit.OK
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)

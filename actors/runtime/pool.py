@@ -1,0 +1,327 @@
+"""ConsumerPool: runs one topic's handler with a concurrency limit and a timeout.
+
+Handlers run on worker threads, or on the pool's own event loop when they are coroutines.
+Results come back as Finished messages; the pool acks and fails them in batches (one round trip
+each for everything that finished meanwhile), extends the leases of long handlers so no other
+consumer is handed their job, and tells the listener how many slots it freed.
+
+A sync handler that overruns its timeout is failed (the job is retried on its schedule) and
+counted in ``timeouts``. Python cannot kill a thread, so that thread keeps running and keeps its
+slot until the handler returns; its late result is ignored. An async handler is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import pykka
+import redis
+
+from actors import _constants as c
+from actors.clock import Clock
+from actors.errors import ErrorCode
+from actors.runtime._actor import RedelayActor
+from actors.runtime._backoff import Backoff
+from actors.runtime._handlers import Handler, Outcome, call_async, call_sync
+from actors.runtime._workers import EventLoopThread, Task, WorkerThreads
+from actors.runtime.messages import (
+    CheckRunning,
+    Drain,
+    Finished,
+    Flush,
+    Run,
+    SetListener,
+    SlotsFreed,
+    Stats,
+)
+from actors.storage.jobstore import JobStore
+from actors.values import Lease
+
+log = logging.getLogger("actors.pool")
+
+
+@dataclass(slots=True)
+class _Running:
+    lease: Lease
+    started_ms: int
+    lease_ms: int  # how far each extension pushes the deadline
+    task: Task | None = None
+    future: Future[Any] | None = None
+    timed_out: bool = False
+
+
+class ConsumerPool(RedelayActor):
+    def __init__(
+        self,
+        store: JobStore,
+        clock: Clock,
+        topic: str,
+        handler: Handler,
+        *,
+        concurrency: int,
+        timeout_ms: int,
+        lease_ms: int = c.DEFAULT_LEASE_MS,
+        supervisor: pykka.ActorRef[Any] | None = None,
+        check_interval_ms: int = 100,
+    ) -> None:
+        super().__init__(f"pool:{topic}", clock, supervisor)
+        self.store = store
+        self.topic = topic
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self.concurrency = concurrency
+        self.timeout_ms = timeout_ms
+        self.lease_ms = lease_ms  # the topic's lease, for jobs that set none of their own
+        self.check_interval_ms = check_interval_ms
+        self.listener: pykka.ActorRef[Any] | None = None
+        self.running: dict[tuple[str, str], _Running] = {}
+        self.acks: list[tuple[str, str, str, str]] = []
+        self.fails: list[tuple[str, str, str, str, int | None]] = []
+        self.slots_to_free = 0
+        self.flush_pending = False
+        self.check_pending = False
+        self.drain_future: pykka.Future[int] | None = None
+        self.drained = False
+        self.backoff = Backoff()
+        self.counts = {
+            "started": 0,
+            "acked": 0,
+            "failed": 0,
+            "timeouts": 0,
+            "lost_leases": 0,
+            "released": 0,
+            "extended": 0,
+            "flushes": 0,
+        }
+        self.threads: WorkerThreads | None = None
+        self.loop: EventLoopThread | None = None
+
+    def started(self) -> None:
+        if self.is_async:
+            self.loop = EventLoopThread(f"redelay-{self.topic}-loop")
+        else:
+            self.threads = WorkerThreads(self.concurrency, f"redelay-{self.topic}")
+
+    def on_stop(self) -> None:
+        super().on_stop()
+        self._release_not_started()
+        self._flush()
+        self._close_workers()
+
+    def on_failure(self, *args: Any) -> None:
+        with contextlib.suppress(Exception):
+            self._release_not_started()
+        self._close_workers()
+        super().on_failure(*args)
+
+    def _close_workers(self) -> None:
+        if self.threads is not None:
+            self.threads.shutdown()
+        if self.loop is not None:
+            self.loop.shutdown()
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Run):
+            self._run(message.leases)
+        elif isinstance(message, Finished):
+            self._finished(message)
+        elif isinstance(message, Flush):
+            self.flush_pending = False
+            self._flush()
+        elif isinstance(message, CheckRunning):
+            self.check_pending = False
+            self._check_running()
+        elif isinstance(message, SetListener):
+            self.listener = message.listener
+            self._free_slots()  # jobs may have finished before the listener was known
+        elif isinstance(message, Drain):
+            self._drain(message.idle)
+        elif isinstance(message, Stats):
+            return {**self.counts, "running": len(self.running)}
+        return None
+
+    # -- starting handlers ------------------------------------------------------------------
+
+    def _run(self, leases: tuple[Lease, ...]) -> None:
+        now = self.clock.now_ms()
+        for lease in leases:
+            lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or self.lease_ms)
+            running = _Running(lease, now, lease_ms)
+            self.running[lease.key] = running
+            if self.loop is not None:
+                running.future = self.loop.submit(self._call_async(lease))
+            else:
+                assert self.threads is not None
+                running.task = self.threads.submit(partial(self._call_sync, lease))
+            self.counts["started"] += 1
+        if self.drain_future is not None:
+            self._release_not_started()
+        self._ensure_check()
+
+    def _call_sync(self, lease: Lease) -> None:
+        """Runs on a worker thread."""
+        self._report(lease, call_sync(self.handler, lease))
+
+    async def _call_async(self, lease: Lease) -> None:
+        """Runs on the pool's event loop."""
+        try:
+            outcome = await call_async(self.handler, lease)
+        except asyncio.CancelledError:
+            # Cancelled because it timed out: the report only frees its slot.
+            self._report(lease, (False, "cancelled", None))
+            raise
+        self._report(lease, outcome)
+
+    def _report(self, lease: Lease, outcome: Outcome) -> None:
+        # If the pool was stopped or restarted meanwhile, the job keeps its lease until it
+        # expires and a sweeper recovers it.
+        ok, detail, retry_after_ms = outcome
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(Finished(lease.key, lease.token, ok, detail, retry_after_ms))
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _finished(self, message: Finished) -> None:
+        running = self.running.get(message.key)
+        if running is None or running.lease.token != message.token:
+            return
+        del self.running[message.key]
+        self.slots_to_free += 1
+        if not running.timed_out:
+            topic, job_id = message.key
+            if message.ok:
+                self.acks.append((topic, job_id, message.token, message.detail))
+            else:
+                after_ms = message.retry_after_ms
+                if after_ms is not None:  # Retry checks its delay; this keeps a batch sendable
+                    after_ms = min(max(0, after_ms), c.DELAY_MAX_MS)
+                self.fails.append((topic, job_id, message.token, message.detail, after_ms))
+        self._request_flush()
+
+    def _request_flush(self) -> None:
+        # Flush after the Finished messages already queued: they share one round trip.
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.actor_ref.tell(Flush())
+
+    def _flush(self) -> None:
+        # The slots are free as soon as the handlers returned: tell the listener first, so its
+        # next lease and these acks are on the wire at the same time.
+        self._free_slots()
+        try:
+            while self.acks:
+                batch = self.acks[: c.BATCH_MAX_JOBS]
+                codes = self.store.ack_many(batch)
+                self.counts["flushes"] += 1
+                self.counts["acked"] += codes.count(ErrorCode.OK)
+                self._count_lost(codes)
+                del self.acks[: len(batch)]
+            while self.fails:
+                fails = self.fails[: c.BATCH_MAX_JOBS]
+                results = self.store.fail_many(fails)
+                self.counts["flushes"] += 1
+                self.counts["failed"] += len(fails)
+                self._count_lost(results)
+                del self.fails[: len(fails)]
+        except redis.RedisError as exc:
+            wait_ms = self.backoff.next_ms()
+            log.warning("pool %s: flush failed (%s); retrying in %d ms", self.topic, exc, wait_ms)
+            self.flush_pending = True
+            self.tell_later(wait_ms, Flush())
+            return
+        self.backoff.reset()
+        self._maybe_idle()
+
+    def _free_slots(self) -> None:
+        if self.slots_to_free and self.listener is not None and self.drain_future is None:
+            with contextlib.suppress(pykka.ActorDeadError):  # stopping with its unit
+                self.listener.tell(SlotsFreed(self.slots_to_free))
+            self.slots_to_free = 0
+
+    def _count_lost(self, results: list[Any]) -> None:
+        lost = sum(1 for r in results if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED))
+        if lost:
+            self.counts["lost_leases"] += lost
+            log.warning("pool %s: %d results refused, their leases were lost", self.topic, lost)
+
+    # -- timeouts and lease extension -------------------------------------------------------
+
+    def _ensure_check(self) -> None:
+        if self.running and not self.check_pending:
+            self.check_pending = True
+            self.tell_later(self.check_interval_ms, CheckRunning())
+
+    def _check_running(self) -> None:
+        now = self.clock.now_ms()
+        extend: list[tuple[str, str, str, int]] = []
+        for key, running in self.running.items():
+            if running.timed_out:
+                continue
+            if now - running.started_ms >= self.timeout_ms:
+                running.timed_out = True
+                self.counts["timeouts"] += 1
+                reason = f"timeout after {self.timeout_ms / 1000:g}s"
+                self.fails.append((key[0], key[1], running.lease.token, reason, None))
+                if running.future is not None:
+                    running.future.cancel()
+            elif running.lease.deadline_ms - now <= running.lease_ms // 2:
+                extend.append((key[0], key[1], running.lease.token, running.lease_ms))
+        if extend:
+            self._extend(extend)
+        if self.fails:
+            self._request_flush()
+        self._ensure_check()
+
+    def _extend(self, extend: list[tuple[str, str, str, int]]) -> None:
+        for start in range(0, len(extend), c.BATCH_MAX_JOBS):
+            batch = extend[start : start + c.BATCH_MAX_JOBS]
+            try:
+                deadlines = self.store.extend_many(batch)
+            except redis.RedisError as exc:
+                log.warning("pool %s: extend failed (%s); next check retries", self.topic, exc)
+                return
+            for (topic, job_id, _, _), deadline in zip(batch, deadlines, strict=True):
+                running = self.running.get((topic, job_id))
+                if running is None:
+                    continue
+                if deadline > 0:
+                    running.lease = replace(running.lease, deadline_ms=deadline)
+                    self.counts["extended"] += 1
+                else:
+                    self.counts["lost_leases"] += 1
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def _drain(self, idle: pykka.Future[int]) -> None:
+        self.drain_future = idle
+        self._release_not_started()
+        self._maybe_idle()
+
+    def _release_not_started(self) -> None:
+        withdrawn = [r for r in self.running.values() if r.task is not None and r.task.withdraw()]
+        if not withdrawn:
+            return
+        for running in withdrawn:
+            del self.running[running.lease.key]
+        # Each release goes to the front of the ready list, so the last one given ends up
+        # first: give them back newest first to keep the order they were leased in.
+        releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in reversed(withdrawn)]
+        try:
+            self.store.release_many(releases)
+            self.counts["released"] += len(releases)
+        except redis.RedisError as exc:
+            log.warning("pool %s: release failed (%s); leases will expire", self.topic, exc)
+
+    def _maybe_idle(self) -> None:
+        busy = any(not r.timed_out for r in self.running.values())
+        if self.drain_future is None or self.drained or busy or self.acks or self.fails:
+            return
+        self.drained = True
+        self.drain_future.set(len(self.running))

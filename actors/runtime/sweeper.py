@@ -1,0 +1,86 @@
+"""RetrySweeper: recovers leases that expired, whatever process held them.
+
+An expired lease means the consumer crashed or hung; the expire script counts it as a failed
+attempt (retry on the schedule, or dead). The sweeper runs every ``interval_ms`` and also at the
+earliest lease deadline it knows of, so a crashed consumer's job is retried promptly.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pykka
+import redis
+
+from actors.clock import Clock, Timer
+from actors.runtime._actor import RedelayActor
+from actors.runtime._backoff import Backoff
+from actors.runtime.messages import Stats, Sweep
+from actors.storage.jobstore import JobStore
+
+log = logging.getLogger("actors.sweeper")
+
+# Most expire calls per message before yielding the mailbox to other messages (e.g. a stop).
+_ROUNDS_PER_MESSAGE = 20
+
+
+class RetrySweeper(RedelayActor):
+    def __init__(
+        self,
+        store: JobStore,
+        clock: Clock,
+        supervisor: pykka.ActorRef[Any] | None = None,
+        *,
+        interval_ms: int = 1_000,
+        batch: int = 1_000,
+        name: str = "sweeper",
+    ) -> None:
+        super().__init__(name, clock, supervisor)
+        self.store = store
+        self.interval_ms = interval_ms
+        self.batch = batch
+        self.backoff = Backoff()
+        self.timer: Timer | None = None
+        self.timer_at_ms: int | None = None
+        self.recovered = 0
+        self.sweeps = 0
+
+    def started(self) -> None:
+        self.actor_ref.tell(Sweep())
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Sweep):
+            self._sweep()
+        elif isinstance(message, Stats):
+            return {
+                "recovered": self.recovered,
+                "sweeps": self.sweeps,
+                "next_ms": self.timer_at_ms,
+                "failures": self.backoff.failures,
+            }
+        return None
+
+    def _sweep(self) -> None:
+        now = self.clock.now_ms()
+        next_at = now + self.interval_ms
+        try:
+            for _ in range(_ROUNDS_PER_MESSAGE):
+                count, next_deadline = self.store.expire(self.batch)
+                self.sweeps += 1
+                self.recovered += count
+                if count < self.batch:
+                    break
+            else:
+                self.actor_ref.tell(Sweep())  # a backlog: come back at once, after other messages
+                return
+            self.backoff.reset()
+            if next_deadline is not None:
+                next_at = min(next_at, next_deadline)
+        except redis.RedisError as exc:
+            wait_ms = self.backoff.next_ms()
+            log.warning("sweep failed (%s); retrying in %d ms", exc, wait_ms)
+            next_at = now + wait_ms
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer, self.timer_at_ms = self.tell_at(next_at, Sweep()), next_at

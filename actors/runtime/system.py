@@ -1,0 +1,200 @@
+"""Builds, starts and stops one process's actors for a set of handlers.
+
+The watchdog starts first and builds every other actor through factories, so it can build them
+again when one dies. Units: "carrier", "sweeper", and one "topic:<name>" unit (pool + listener)
+per handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+import redis
+from redis.cluster import RedisCluster
+
+from actors.clock import Clock
+from actors.runtime._actor import ask
+from actors.runtime.carrier import Carrier
+from actors.runtime.listener import TopicListener
+from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Supervise
+from actors.runtime.notifier import ShardNotifier
+from actors.runtime.pool import ConsumerPool
+from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
+from actors.runtime.sweeper import RetrySweeper
+from actors.runtime.watchdog import Watchdog
+from actors.storage.jobstore import JobStore
+from actors.storage.sharding import ShardedStore
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    topic: str
+    handler: Callable[..., Any]
+    concurrency: int
+    timeout_ms: int
+    retry_ms: tuple[int, ...] | None
+    lease_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSettings:
+    consumer: str
+    watchdog_interval_ms: int = 60_000
+    sweep_interval_ms: int = 1_000
+    carry_batch: int = 1_000
+    lease_batch_max: int = 1_000
+    block_timeout_s: float = 5.0
+    check_interval_ms: int = 100
+
+
+class ActorSystem:
+    """Only touched by the facade's thread; the actors themselves talk by messages."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        clock: Clock,
+        handlers: list[HandlerSpec],
+        settings: SystemSettings,
+        control_client: redis.Redis | RedisCluster,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.handlers = handlers
+        self.settings = settings
+        self.control_client = control_client  # for CLIENT UNBLOCK at shutdown
+        self.watchdog: pykka.ActorRef[Any] | None = None
+        self.coordinator: pykka.ActorRef[Any] | None = None
+        # Sharded: one pub/sub connection for every shard's wake and ready notices.
+        self.notifier: ShardNotifier | None = None
+        if isinstance(store, ShardedStore):
+            self.notifier = ShardNotifier(store.client, store.wake_channels, store.ready_channels)
+
+    def start(self) -> None:
+        """Starts the watchdog, which builds every other actor. If building one fails, what was
+        started is stopped again and the error is raised."""
+        s = self.settings
+        if self.notifier is not None:
+            self.notifier.start()  # subscribed before any actor looks at Redis
+        self.watchdog = Watchdog.start(self.clock, interval_ms=s.watchdog_interval_ms)
+        self.coordinator = ShutdownCoordinator.start(self.watchdog, self._unblocker(), s.consumer)
+        try:
+            self.watchdog.ask(Supervise("carrier", self._carrier_factory))
+            self.watchdog.ask(Supervise("sweeper", self._sweeper_factory))
+            for spec in self.handlers:
+                self.watchdog.ask(Supervise(f"topic:{spec.topic}", self._topic_factory(spec)))
+        except BaseException:
+            self.stop(0)
+            raise
+
+    def _unblocker(self) -> redis.Redis:
+        """The client shutdown uses for CLIENT UNBLOCK. On a cluster the listeners never block
+        (they wait for the notifier), so any one node's client will find nothing to unblock."""
+        if isinstance(self.control_client, RedisCluster):
+            node = self.control_client.get_default_node()  # type: ignore[no-untyped-call]
+            return self.control_client.get_redis_connection(node)
+        return self.control_client
+
+    def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
+        ref = Carrier.start(
+            self.store,
+            self.clock,
+            supervisor,
+            batch=self.settings.carry_batch,
+            notifier=self.notifier,
+        )
+        return {"carrier": ref}
+
+    def _sweeper_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
+        ref = RetrySweeper.start(
+            self.store, self.clock, supervisor, interval_ms=self.settings.sweep_interval_ms
+        )
+        return {"sweeper": ref}
+
+    def _topic_factory(
+        self, spec: HandlerSpec
+    ) -> Callable[[pykka.ActorRef[Any]], dict[str, pykka.ActorRef[Any]]]:
+        def build(supervisor: pykka.ActorRef[Any]) -> dict[str, pykka.ActorRef[Any]]:
+            s = self.settings
+            topic_config = self.store.topic_configs.get(spec.topic, self.store.default_topic_config)
+            pool = ConsumerPool.start(
+                self.store,
+                self.clock,
+                spec.topic,
+                spec.handler,
+                concurrency=spec.concurrency,
+                timeout_ms=spec.timeout_ms,
+                lease_ms=topic_config.lease_ms,
+                supervisor=supervisor,
+                check_interval_ms=s.check_interval_ms,
+            )
+            listener = TopicListener.start(
+                self.store,
+                self.clock,
+                spec.topic,
+                pool,
+                spec.concurrency,
+                supervisor=supervisor,
+                consumer=s.consumer,
+                block_timeout_s=s.block_timeout_s,
+                batch_max=s.lease_batch_max,
+                notifier=self.notifier,
+            )
+            pool.tell(SetListener(listener))
+            return {f"pool:{spec.topic}": pool, f"listener:{spec.topic}": listener}
+
+        return build
+
+    def refs(self) -> dict[str, pykka.ActorRef[Any]]:
+        if self.watchdog is None or not self.watchdog.is_alive():
+            return {}
+        units: dict[str, dict[str, pykka.ActorRef[Any]]] = ask(self.watchdog, CurrentRefs(), 5)
+        return {name: ref for unit in units.values() for name, ref in unit.items()}
+
+    def health(self) -> dict[str, Any]:
+        if self.watchdog is None:
+            return {}
+        try:
+            report: dict[str, Any] = ask(self.watchdog, Health(), 5)
+        except (pykka.ActorDeadError, pykka.Timeout) as exc:
+            return {"watchdog": {"alive": False, "restarts": 0, "last_error": repr(exc)}}
+        return report
+
+    def stats(self, timeout_s: float = 0.5) -> dict[str, Any]:
+        """Every actor's counters. A listener blocked on Redis answers only when its wait ends,
+        so whoever has not answered within ``timeout_s`` shows as None."""
+        asked = {}
+        for name, ref in self.refs().items():
+            with contextlib.suppress(pykka.ActorDeadError):
+                asked[name] = ref.ask(Stats(), block=False)
+        deadline = time.monotonic() + timeout_s
+        found: dict[str, Any] = {}
+        for name, future in asked.items():
+            try:
+                found[name] = future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except (pykka.ActorDeadError, pykka.Timeout):
+                found[name] = None
+        return found
+
+    def stop(self, grace_s: float) -> dict[str, Any]:
+        """Runs the shutdown sequence; returns within grace + about a second."""
+        if self.coordinator is None:
+            return {}
+        try:
+            report: dict[str, Any] = ask(
+                self.coordinator, Shutdown(grace_s), grace_s + STOP_MARGIN_S + 1.0
+            )
+        except pykka.Timeout:
+            report = {"error": "the shutdown sequence did not finish in time"}
+        with contextlib.suppress(pykka.Timeout):  # it is idle once it has answered
+            self.coordinator.stop(block=True, timeout=0.2)
+        self.coordinator = None
+        self.watchdog = None
+        if self.notifier is not None:
+            self.notifier.stop()
+        return report

@@ -1,0 +1,82 @@
+"""Key names of one shard of a namespace.
+
+Every key of a shard carries the hash tag ``{<namespace>.<shard>}``, so every script touches one
+cluster slot. A namespace has one shard by default; more shards give more hash tags.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from actors import _constants as c
+
+
+@dataclass(frozen=True, slots=True)
+class ShardKeys:
+    namespace: str
+    shard: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return f"{c.KEY_ROOT}:{{{self.namespace}.{self.shard}}}:"
+
+    @property
+    def jobs(self) -> str:
+        return self.prefix + c.JOBS_KEY
+
+    @property
+    def delayed(self) -> str:
+        return self.prefix + c.DELAYED_KEY
+
+    @property
+    def leased(self) -> str:
+        return self.prefix + c.LEASED_KEY
+
+    @property
+    def tokens(self) -> str:
+        return self.prefix + c.TOKENS_KEY
+
+    @property
+    def dead(self) -> str:
+        return self.prefix + c.DEAD_KEY
+
+    @property
+    def topics(self) -> str:
+        return self.prefix + c.TOPICS_KEY
+
+    @property
+    def counts(self) -> str:
+        return self.prefix + c.COUNTS_KEY
+
+    @property
+    def seq(self) -> str:
+        return self.prefix + c.SEQ_KEY
+
+    @property
+    def audit(self) -> str:
+        return self.prefix + c.AUDIT_KEY
+
+    @property
+    def wake_channel(self) -> str:
+        return self.prefix + c.WAKE_CHANNEL
+
+    def ready(self, topic: str) -> str:
+        return self.prefix + c.READY_KEY_PREFIX + topic
+
+
+def member(topic: str, job_id: str) -> str:
+    """The string a job is stored under. Topics never contain the separator."""
+    return f"{topic}{c.MEMBER_SEPARATOR}{job_id}"
+
+
+def split_member(value: str) -> tuple[str, str]:
+    topic, _, job_id = value.partition(c.MEMBER_SEPARATOR)
+    return topic, job_id
+
+
+def shard_of(topic: str, job_id: str, shards: int) -> int:
+    """The shard of a job, from (topic, id) only, so get and cancel go straight to it."""
+    if shards == 1:
+        return 0
+    return zlib.crc32(member(topic, job_id).encode()) % shards

@@ -1,0 +1,156 @@
+"""Connecting to Redis as it is deployed: one server, a Redis Cluster, or a Sentinel-managed master.
+
+:func:`connect` takes a URL or a ready client:
+
+- ``redis://host:port/db``, ``rediss://...``, ``unix:///path.sock``: one server. A TCP URL whose
+  server says ``cluster_enabled:1`` is opened as a Redis Cluster instead (one extra round trip
+  at start), so the same URL works whichever way the server was deployed.
+- ``redis+cluster://host:port,host:port``: a Redis Cluster, naming one or more startup nodes;
+  redis-py's cluster client discovers the rest and keeps one connection pool per node.
+- ``redis+sentinel://[:password@]host:port,host:port/<service>[?db=N&sentinel_password=...]``:
+  the master Sentinel names for ``<service>``. redis-py asks the sentinels for the master's
+  address on every new connection and drops connections to a master that was demoted, so after a
+  failover the next command reaches the new master.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel
+
+from actors.errors import ConfigError
+
+RedisClient = redis.Redis | RedisCluster
+
+_SENTINEL_SCHEMES = ("redis+sentinel", "sentinel")
+_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def connect(source: str | RedisClient, **options: Any) -> RedisClient:
+    """A client for ``source`` (see the module docstring); ``options`` go to redis-py."""
+    if isinstance(source, redis.Redis | RedisCluster):
+        check_client(source)
+        return source
+    if not isinstance(source, str):
+        raise ConfigError(f"expected a Redis URL or client, got {type(source).__name__}")
+    scheme = source.split("://", 1)[0].lower()
+    if scheme in _SENTINEL_SCHEMES:
+        return _sentinel_master(source, options)
+    if scheme in _CLUSTER_SCHEMES:
+        return _cluster(source, options)
+    client = redis.Redis.from_url(source, **options)
+    if scheme in ("redis", "rediss") and _cluster_enabled(client):
+        client.close()
+        return RedisCluster.from_url(source, **options)
+    check_client(client)
+    return client
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def check_client(client: RedisClient) -> None:
+    """redelay reads replies as bytes (job bodies are not always text)."""
+    if isinstance(client, RedisCluster):
+        decoding = bool(client.get_encoder().decode_responses)  # type: ignore[no-untyped-call]
+    else:
+        decoding = bool(client.get_connection_kwargs().get("decode_responses"))
+    if decoding:
+        raise ConfigError("redelay needs a redis client with decode_responses=False")
+
+
+def describe(client: RedisClient) -> str:
+    """A line for logs: what kind of deployment, and where."""
+    if isinstance(client, RedisCluster):
+        primaries = sorted(n.name for n in client.get_primaries())  # type: ignore[no-untyped-call]
+        return f"Redis Cluster, masters {', '.join(primaries)}"
+    pool = client.connection_pool
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        return f"Sentinel service {service!r}"
+    kwargs = pool.connection_kwargs
+    where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+    return f"Redis at {where}"
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    try:
+        info = client.info("cluster")
+    except redis.ResponseError:  # a proxy or an old server without the section
+        return False
+    return bool(info.get("cluster_enabled"))
+
+
+def _hosts(netloc: str, default_port: int) -> tuple[str | None, str | None, list[tuple[str, int]]]:
+    """(username, password, [(host, port)...]) from ``user:pass@h1:p1,h2:p2``."""
+    userinfo, _, hostlist = netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, _, secret = userinfo.partition(":")
+        username, password = unquote(user) or None, unquote(secret) or None
+    hosts = []
+    for part in hostlist.split(","):
+        if not part:
+            continue
+        host, colon, port = part.rpartition(":")
+        if not colon:
+            host, port = part, ""
+        try:
+            hosts.append((host, int(port) if port else default_port))
+        except ValueError:
+            raise ConfigError(f"bad host:port {part!r} in Redis URL") from None
+    if not hosts:
+        raise ConfigError("the Redis URL names no host")
+    return username, password, hosts
+
+
+def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
+    parts = urlsplit(url)
+    username, password, hosts = _hosts(parts.netloc, 26379)
+    service = parts.path.strip("/")
+    if not service:
+        raise ConfigError(
+            f"{url!r}: name the Sentinel service, e.g. redis+sentinel://h:26379/mymaster"
+        )
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    sentinel_kwargs: dict[str, Any] = {}
+    if "sentinel_password" in query:
+        sentinel_kwargs["password"] = query.pop("sentinel_password")
+    connection: dict[str, Any] = {**options}
+    if password is not None:
+        connection["password"] = password
+    if username is not None:
+        connection["username"] = username
+    if "db" in query:
+        connection["db"] = int(query.pop("db"))
+    if query:
+        raise ConfigError(f"{url!r}: unknown options {sorted(query)}")
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs or None, **connection)  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(service)  # type: ignore[no-untyped-call]
+    check_client(client)
+    return client
+
+
+def _cluster(url: str, options: dict[str, Any]) -> RedisCluster:
+    parts = urlsplit(url)
+    username, password, hosts = _hosts(parts.netloc, 6379)
+    kwargs: dict[str, Any] = {**options}
+    if password is not None:
+        kwargs["password"] = password
+    if username is not None:
+        kwargs["username"] = username
+    if parts.scheme.lower().startswith("rediss"):
+        kwargs["ssl"] = True
+    nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
+    client = RedisCluster(startup_nodes=nodes, **kwargs)
+    try:
+        check_client(client)
+    except ConfigError:
+        client.close()
+        raise
+    return client

@@ -1,0 +1,119 @@
+"""The values redelay passes around: jobs to add, leases, job snapshots, topic settings.
+
+Pure dataclasses: no Redis, no threads, so every layer (and a user's type hints) can import them
+without pulling in the Redis client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from actors import _constants as c
+from actors import _validation as validation
+from actors.lifecycle import State
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRetention:
+    """How the audit stream is trimmed; Redis trims approximately (whole nodes, ``~``).
+
+    ``kind`` "MAXLEN" keeps about ``maxlen`` entries; "MINID" keeps about ``retention_ms`` of
+    history, counted back from the newest entry's id (the Redis server's clock, not the
+    caller's); "NONE" keeps everything.
+    """
+
+    kind: Literal["MAXLEN", "MINID", "NONE"] = "MAXLEN"
+    maxlen: int = c.DEFAULT_AUDIT_MAXLEN
+    retention_ms: int = 7 * 24 * 3600 * 1000
+
+    def args(self, now_ms: int) -> tuple[str, str]:
+        if self.kind == "MAXLEN":
+            return "MAXLEN", str(self.maxlen)
+        if self.kind == "MINID":
+            # The script measures from the id it writes; now_ms (the caller's clock) may be skewed.
+            return "MINID", str(self.retention_ms)
+        return "NONE", "0"
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to add, already validated (use :meth:`Store.new_job` to build one)."""
+
+    topic: str
+    id: str
+    body: bytes
+    due_ms: int
+    retry_ms: tuple[int, ...] | None = None
+    lease_ms: int | None = None
+    callback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A job handed to a consumer. ``attempt`` counts from 1."""
+
+    topic: str
+    id: str
+    token: str
+    deadline_ms: int
+    body: bytes
+    attempt: int
+    due_ms: int
+    callback: str | None
+    lease_ms: int | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.topic, self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    topic: str
+    id: str
+    state: State  # one of LIVE_STATES
+    due_ms: int
+    attempt: int  # the attempt that is next or running, from 1 (for a dead job: the last one)
+    attempts_failed: int
+    body: bytes
+    created_ms: int
+    token: str | None = None
+    lease_deadline_ms: int | None = None
+    dead_since_ms: int | None = None
+    cancel_requested: bool = False
+    callback: str | None = None
+    retry_ms: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    retry_ms: tuple[int, ...] = c.DEFAULT_RETRY_SCHEDULE_MS
+    lease_ms: int = c.DEFAULT_LEASE_MS
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Every job's live state, read for comparisons (O(jobs); not for hot paths)."""
+
+    jobs: dict[tuple[str, str], JobInfo] = field(default_factory=dict)
+    # Jobs the scripts could never have left this way: in two structures or none, a member
+    # without a record, a token without a lease. Empty unless Redis was changed behind them.
+    problems: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """Adds return only once ``replicas`` replicas hold them (Redis ``WAIT``), or raise.
+
+    Replication is asynchronous: without this an add acknowledged by a master that dies before
+    its replica got it is lost. ``timeout_ms`` bounds the wait; on timeout the job stays added
+    on the master and :class:`NotReplicatedError` is raised.
+    """
+
+    replicas: int = 1
+    timeout_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        validation.count(self.replicas, "replicas", 100)
+        validation.count(self.timeout_ms, "timeout_ms", 60_000)

@@ -4,7 +4,9 @@
 -- KEYS[7] counts  KEYS[8] audit
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] limit
 -- A lease is expired when its deadline_ms <= now_ms.
--- Returns: {expired_count, next_deadline_ms or -1}.
+-- Returns: {expired_count, next_deadline_ms or -1}; expired_count counts every lease this call
+-- ended, including one whose record is gone: that lease is dropped (leased, tokens, counts) with
+-- no event.
 -- Events: expired {due, why=lease-expired, to} or dead {why=lease-expired, via=expired}
 -- or cancelled {why=lease-expired, from=leased}.
 -- @include _lib.lua
@@ -17,7 +19,16 @@ local limit = tonumber(ARGV[6])
 local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms, 'LIMIT', 0, limit)
 for _, member in ipairs(members) do
   local record = load_record(k.jobs, member)
-  end_failed_attempt(k, member, record, 'expired', 'lease-expired', -1, wake_channel)
+  if record then
+    end_failed_attempt(k, member, record, 'expired', 'lease-expired', -1, wake_channel)
+  else
+    -- Only a bug or a hand edit deletes a leased job's record. Failing here would leave this lease
+    -- first in line for every later call, so no lease would ever expire again; drop it instead.
+    -- No event: no job is left to have one (`redelay verify` shows it as drift).
+    rcall('ZREM', k.leased, member)
+    rcall('HDEL', k.tokens, member)
+    count(k.counts, member, 'leased', -1)
+  end
 end
 local earliest = rcall('ZRANGE', k.leased, 0, 0, 'WITHSCORES')
 local next_deadline = -1

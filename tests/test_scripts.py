@@ -7,6 +7,8 @@ import re
 import pytest
 import redis
 
+from actors import FakeClock, Store
+from actors.storage.keys import member
 from actors.storage.scripts import ScriptRunner, lua_dir, sources
 
 TRANSITIONS = {
@@ -55,3 +57,24 @@ def test_runner_refuses_a_wrong_key_count(redis_client: redis.Redis) -> None:
     runner = ScriptRunner(redis_client)
     with pytest.raises(TypeError, match="takes 4 keys"):
         runner("carry", ["a"], [])
+
+
+def test_expire_drops_a_lease_whose_record_is_gone(store: Store, fake_clock: FakeClock) -> None:
+    """A record deleted behind the scripts' back must not stop the other leases expiring."""
+    store.add_many([store.new_job("t", job_id, retry_ms=[1_000]) for job_id in ("a", "b", "c")])
+    leases = store.lease("t", 3)
+    assert [lease.id for lease in leases] == ["a", "b", "c"]
+    store.client.hdel(store.keys.jobs, member("t", "a"))  # earliest deadline: expired first
+    fake_clock.advance(60_000)
+
+    assert store.expire() == (3, None)
+
+    assert store.client.zscore(store.keys.leased, member("t", "a")) is None
+    assert store.client.hget(store.keys.tokens, member("t", "a")) is None
+    assert store.get("t", "a") is None
+    for job_id in ("b", "c"):
+        info = store.get("t", job_id)
+        assert info is not None and info.state == "delayed" and info.attempts_failed == 1
+    assert store.stats()["t"] == {"delayed": 2, "ready": 0, "leased": 0, "dead": 0}
+    expired = [f[b"i"] for _, f in store.client.xrange(store.keys.audit) if f[b"e"] == b"expired"]
+    assert expired == [b"b", b"c"]  # no event for the job that no longer exists

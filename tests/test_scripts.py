@@ -76,5 +76,5 @@ def test_expire_drops_a_lease_whose_record_is_gone(store: Store, fake_clock: Fak
         info = store.get("t", job_id)
         assert info is not None and info.state == "delayed" and info.attempts_failed == 1
     assert store.stats()["t"] == {"delayed": 2, "ready": 0, "leased": 0, "dead": 0}
-    expired = [f[b"i"] for _, f in store.client.xrange(store.keys.audit) if f[b"e"] == b"expired"]
-    assert expired == [b"b", b"c"]  # no event for the job that no longer exists
+    expired = [fields["i"] for _, fields in store.iter_audit() if fields["e"] == "expired"]
+    assert expired == ["b", "c"]  # no event for the job that no longer exists

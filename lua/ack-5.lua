@@ -4,6 +4,7 @@
 -- (detail: free text kept in the event, e.g. an HTTP status; "" for none)
 -- Returns: one code per job: 0 OK, -3 STALE_TOKEN, -4 NOT_LEASED.
 -- Events: acked {tok, cancelled=1 when a cancel was requested meanwhile, detail}; rejected {op=ack}.
+-- Publishes: nothing.
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}

@@ -8,8 +8,8 @@
 -- Returns: {0} on success, or {-2, member...} listing members that already exist (nothing written).
 -- Errors: -2 EXISTS.
 -- Events: added {due, to=delayed|ready}. Touches ready lists <prefix>ready:<topic> (same hash tag).
--- Publishes: the earliest new due time on the wake channel when it is earlier than every delayed
--- job before the call; a topic on <prefix>ready when its ready list was empty.
+-- Publishes: on <prefix>wake (ARGV[5]; "" for none), the earliest new due time when it is earlier
+-- than every delayed job before the call; on <prefix>ready, a topic whose ready list was empty.
 -- The whole batch is written with one HSET, one ZADD and one RPUSH per topic (in slices), because
 -- per-job writes cost more than the audit entries themselves (see docs/benchmarks.md).
 -- @include _lib.lua

@@ -5,6 +5,8 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] member
 -- Returns: 0 no such job, 1 removed, 2 cancel requested on a leased job (also when repeated).
 -- Events: cancelled {from} when removed; cancel_requested {} the first time a leased job is marked.
+-- Touches the job's ready list <prefix>ready:<topic> (same hash tag) when it removes a ready job.
+-- Publishes: nothing.
 -- @include _lib.lua
 -- @include _remove.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],

@@ -3,8 +3,8 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
 -- Returns: {moved, next_due_ms} where next_due_ms is the earliest due time still delayed, or -1.
 -- A job is due when due_ms <= now_ms; jobs with equal due times move in member order.
--- Events: ready {due}. Touches ready lists <prefix>ready:<topic> (same hash tag); publishes the
--- topic on <prefix>ready when its list was empty.
+-- Events: ready {due}. Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Publishes: on <prefix>ready, a topic whose ready list was empty.
 -- @include _lib.lua
 local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4]}
 local limit = tonumber(ARGV[5])

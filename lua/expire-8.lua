@@ -8,7 +8,9 @@
 -- ended, including one whose record is gone: that lease is dropped (leased, tokens, counts) with
 -- no event.
 -- Events: expired {due, why=lease-expired, to} or dead {why=lease-expired, via=expired}
--- or cancelled {why=lease-expired, from=leased}.
+-- or cancelled {why=lease-expired, from=leased}. Touches ready lists <prefix>ready:<topic>.
+-- Publishes: on <prefix>wake (ARGV[5]; "" for none), a retry's due time when it is earlier than
+-- every delayed job; on <prefix>ready, a topic whose ready list was empty (a retry due at once).
 -- @include _lib.lua
 -- @include _place.lua
 -- @include _retry.lua

@@ -4,6 +4,7 @@
 -- ARGV[6..] n groups of 3: member, token, extend_ms (new deadline = now_ms + extend_ms)
 -- Returns: per job, the new deadline_ms, or -3 STALE_TOKEN, -4 NOT_LEASED.
 -- Events: extended {tok, dl}; rejected {op=extend}.
+-- Publishes: nothing.
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], audit = KEYS[4]}

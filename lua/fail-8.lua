@@ -6,7 +6,9 @@
 -- Returns: per job, its new state ('delayed', 'ready', 'dead', 'cancelled') or an error code
 -- -3 STALE_TOKEN, -4 NOT_LEASED.
 -- Events: failed {due, why, to} or dead {why, via=failed} or cancelled {why, from=leased};
--- rejected {op=fail}.
+-- rejected {op=fail}. Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Publishes: on <prefix>wake (ARGV[5]; "" for none), a retry's due time when it is earlier than
+-- every delayed job; on <prefix>ready, a topic whose ready list was empty (a retry due at once).
 -- @include _lib.lua
 -- @include _place.lua
 -- @include _token.lua

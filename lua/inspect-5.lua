@@ -1,8 +1,10 @@
--- inspect: reads one job without changing anything (not a transition; no event).
+-- inspect: reads one job without changing anything (not a transition).
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead
 -- ARGV[1..4] common (see _lib.lua; now_ms and trim are unused)   ARGV[5] member
 -- Returns: {} when there is no job, else {state, record (msgpack), token or '', deadline_ms or -1,
 -- dead_since_ms or -1}.
+-- Events: none.
+-- Publishes: nothing.
 -- @include _lib.lua
 -- @include _remove.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5]}

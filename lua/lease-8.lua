@@ -6,8 +6,9 @@
 -- Returns: a flat list, per leased job: member, token, deadline_ms, record (msgpack).
 -- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else 30000).
 -- Tokens are "<now_ms>-<seq>", unique even if the counter is lost with the data.
--- Events: leased {tok, dl, by}. Publishes the topic on <prefix>ready when jobs are left behind
--- (this consumer was full; another may have room).
+-- Events: leased {tok, dl, by}.
+-- Publishes: on <prefix>ready, the topic when jobs are left behind (this consumer was full; another
+-- may have room).
 -- @include _lib.lua
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8]}

@@ -3,6 +3,7 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n members
 -- Returns: per member 1 purged, 0 not dead (left alone).
 -- Events: purged {}.
+-- Publishes: nothing.
 -- @include _lib.lua
 local k = {jobs = KEYS[1], dead = KEYS[2], counts = KEYS[3], audit = KEYS[4]}
 local n = tonumber(ARGV[5])

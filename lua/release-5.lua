@@ -5,8 +5,8 @@
 -- Returns: per job 0 OK (or 1 when the job was removed because its cancel was requested),
 -- -3 STALE_TOKEN, -4 NOT_LEASED.
 -- Events: released {tok}, or cancelled {why=released, from=leased}; rejected {op=release}.
--- Touches ready lists <prefix>ready:<topic> (same hash tag); publishes the topic on <prefix>ready
--- when its list was empty.
+-- Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Publishes: on <prefix>ready, a topic whose ready list was empty.
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}

@@ -7,6 +7,9 @@
 -- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
 -- Returns: a list with, per job, the state it had before ('new' when it did not exist).
 -- Events: replaced {due, to, was} for an existing job, added {due, to} for a new one.
+-- Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Publishes: on <prefix>wake (ARGV[5]; "" for none), a due time when it is earlier than every
+-- delayed job; on <prefix>ready, a topic whose ready list was empty.
 -- @include _lib.lua
 -- @include _place.lua
 -- @include _remove.lua

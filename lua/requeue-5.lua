@@ -3,6 +3,7 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n members
 -- Returns: per member 1 requeued, 0 not dead (left alone).
 -- Events: requeued {due}. Touches ready lists <prefix>ready:<topic> (same hash tag).
+-- Publishes: on <prefix>ready, a topic whose ready list was empty.
 -- @include _lib.lua
 -- @include _place.lua
 local k = {jobs = KEYS[1], dead = KEYS[2], delayed = KEYS[3], counts = KEYS[4], audit = KEYS[5]}

@@ -33,6 +33,7 @@ _SCRIPT_RE = re.compile(r"[a-z_]+-\d+\.lua")
 _AUDIT_CALL_RE = re.compile(r"audit\(k\.audit, '([a-z_]+)'")
 _RETRY_CALL_RE = re.compile(r"end_failed_attempt\([^)']*'([a-z_]+)'")
 _HEADER_EVENT_RE = re.compile(r"([a-z_]+) \{")
+_HEADER_SECTION_RE = re.compile(r"^-- ([A-Z][a-z]+):", re.MULTILINE)
 _LUA_PREFIX_NAME_RE = re.compile(r"prefix \.\. '([^']+)'( \.\. topic)?")
 _KEY_ROW_RE = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
 
@@ -47,14 +48,30 @@ def events_in_code() -> dict[str, set[str]]:
     return found
 
 
+def contract_header(path: Path) -> str:
+    """The comment lines a script opens with, up to its first include or line of code."""
+    lines: list[str] = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("--") or line.startswith("-- @include"):
+            break
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def header_sections(path: Path) -> dict[str, str]:
+    """The labelled parts of a contract header ("Returns", "Events", ...) -> their text."""
+    parts = _HEADER_SECTION_RE.split(contract_header(path))
+    labels = parts[1::2]
+    assert len(labels) == len(set(labels)), f"{path.name} repeats a section: {labels}"
+    return dict(zip(labels, parts[2::2], strict=True))
+
+
 def events_in_headers() -> dict[str, set[str]]:
     """Script file name -> events named in the "Events:" part of its contract header."""
-    found: dict[str, set[str]] = {}
-    for path in sorted(lua_dir().glob("[a-z]*.lua")):
-        header = path.read_text().split("-- @include", 1)[0]
-        _, _, events = header.partition("-- Events:")
-        found[path.name] = set(_HEADER_EVENT_RE.findall(events))
-    return found
+    return {
+        path.name: set(_HEADER_EVENT_RE.findall(header_sections(path).get("Events", "")))
+        for path in sorted(lua_dir().glob("[a-z]*.lua"))
+    }
 
 
 def documented_events() -> dict[str, set[str]]:
@@ -93,6 +110,123 @@ def test_the_event_check_can_fail() -> None:
     code = events_in_code()
     code["ack-5.lua"] = code["ack-5.lua"] - {"acked"}
     assert documented_events() != by_event(code)
+
+
+# -- the channels each script publishes on ---------------------------------------------------
+
+_FUNCTION_RE = re.compile(r"^local function (\w+)\(.*?^end$", re.MULTILINE | re.DOTALL)
+_PUBLISH_RE = re.compile(r"rcall\('PUBLISH', ([^,]+),")
+# What a PUBLISH names -> the channel, as the key table writes it. The wake channel reaches the
+# helpers as a parameter; a script publishes on it only when the script takes it as an argument.
+_CHANNEL_EXPRESSIONS = {"wake_channel": "<prefix>wake", "prefix .. 'ready'": "<prefix>ready"}
+_WAKE_ARGUMENT_RE = re.compile(r"^local wake_channel = ARGV\[\d+\]$", re.MULTILINE)
+_HEADER_CHANNEL_RE = re.compile(r"<prefix>(?:wake|ready)\b(?!:)")
+
+
+def reachable_code(source: str) -> tuple[str, str]:
+    """(the script's own body, that body plus every helper function it calls, directly or through
+    other helpers) of an expanded script: helpers it includes but never calls are left out."""
+    functions = {match[1]: match[0] for match in _FUNCTION_RE.finditer(source)}
+    body = _FUNCTION_RE.sub("", source)
+    reached: dict[str, str] = {}
+    pending = [body]
+    while pending:
+        text = pending.pop()
+        for name, definition in functions.items():
+            if name not in reached and re.search(rf"\b{name}\(", text):
+                reached[name] = definition
+                pending.append(definition.split("\n", 1)[1])  # the body, not the name itself
+    return body, "\n".join([body, *reached.values()])
+
+
+def channels_published(source: str) -> set[str]:
+    """The channels an expanded script can publish on."""
+    body, code = reachable_code(source)
+    channels = {_CHANNEL_EXPRESSIONS[expr.strip()] for expr in _PUBLISH_RE.findall(code)}
+    if not _WAKE_ARGUMENT_RE.search(body):
+        channels.discard("<prefix>wake")
+    return channels
+
+
+def publishes_in_code() -> dict[str, set[str]]:
+    return {
+        path.name: channels_published(sources()[path.stem.rsplit("-", 1)[0]][1])
+        for path in sorted(lua_dir().glob("[a-z]*.lua"))
+    }
+
+
+def publishes_in_headers() -> dict[str, set[str]]:
+    """Script file name -> channels named in the "Publishes:" part of its contract header."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(lua_dir().glob("[a-z]*.lua")):
+        sections = header_sections(path)
+        assert "Publishes" in sections, f"{path.name} has no Publishes: section"
+        found[path.name] = set(_HEADER_CHANNEL_RE.findall(sections["Publishes"]))
+    return found
+
+
+def test_the_script_headers_list_the_channels_the_code_publishes_on() -> None:
+    assert publishes_in_headers() == publishes_in_code()
+
+
+def test_the_publish_check_follows_helpers_and_can_fail() -> None:
+    code = publishes_in_code()
+    # fail-8 publishes only through end_failed_attempt -> place (two helpers deep).
+    assert code["fail-8.lua"] == {"<prefix>wake", "<prefix>ready"}
+    # requeue-5 calls place without a wake channel, so it can only publish ready notices.
+    assert code["requeue-5.lua"] == {"<prefix>ready"}
+    assert code["purge-4.lua"] == set()
+    headers = publishes_in_headers()
+    headers["carry-4.lua"] = set()
+    assert headers != code
+
+
+# -- keys, arguments and returns in the contract headers ------------------------------------
+
+_KEYS_RE = re.compile(r"KEYS\[(\d+)\]")
+_ARGV_USED_RE = re.compile(r"ARGV\[(\d+)[\] ]")  # ARGV[5] and the base of ARGV[6 + j * 3]
+_ARGV_LISTED_RE = re.compile(r"ARGV\[(\d+)(?:\.\.(\d*))?\]")  # ARGV[5], ARGV[1..4], ARGV[6..]
+
+
+def script_paths() -> list[Path]:
+    return sorted(lua_dir().glob("[a-z]*.lua"))
+
+
+def arguments_listed(header: str) -> Callable[[int], bool]:
+    """Whether the header describes ARGV[n]."""
+    listed: list[tuple[int, float]] = []  # (first, last) index; ARGV[6..] has no last
+    for match in _ARGV_LISTED_RE.finditer(header):
+        first, last = match[1], match[2]
+        if last is None:
+            listed.append((int(first), int(first)))
+        else:
+            listed.append((int(first), float(last) if last else float("inf")))
+
+    def covers(n: int) -> bool:
+        return any(first <= n <= last for first, last in listed)
+
+    return covers
+
+
+@pytest.mark.parametrize("path", script_paths(), ids=lambda path: path.name)
+def test_the_contract_header_lists_every_key_argument_and_return(path: Path) -> None:
+    header = contract_header(path)
+    code = path.read_text()[len(header) :]
+    declared = int(path.stem.rsplit("-", 1)[1])
+    assert {int(n) for n in _KEYS_RE.findall(header)} == set(range(1, declared + 1))
+    assert {int(n) for n in _KEYS_RE.findall(code)} == set(range(1, declared + 1))
+    covers = arguments_listed(header)
+    assert [n for n in sorted({int(n) for n in _ARGV_USED_RE.findall(code)}) if not covers(n)] == []
+    assert covers(1) and covers(4), "the common ARGV[1..4] of _lib.lua"
+    assert {"Returns", "Events", "Publishes"} <= set(header_sections(path))
+    _, reached = reachable_code(sources()[path.stem.rsplit("-", 1)[0]][1])
+    if "ready_key(" in reached:  # a key the script builds rather than takes in KEYS
+        assert "<prefix>ready:<topic>" in header
+
+
+def test_an_unlisted_argument_is_noticed() -> None:
+    covers = arguments_listed("-- ARGV[1..4] common   ARGV[5] n   ARGV[7..] groups")
+    assert [n for n in (1, 4, 5, 6, 7, 90) if not covers(n)] == [6]
 
 
 def key_names_in_code() -> list[str]:

@@ -3,7 +3,8 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n groups of 3: member, token, detail
 -- (detail: free text kept in the event, e.g. an HTTP status; "" for none)
 -- Returns: one code per job: 0 OK, -3 STALE_TOKEN, -4 NOT_LEASED.
--- Events: acked {tok, cancelled=1 when a cancel was requested meanwhile, detail}; rejected {op=ack}.
+-- Events: acked {tok, cancelled=1 when a cancel was requested meanwhile, detail};
+-- rejected {op=ack}.
 -- Publishes: nothing.
 -- @include _lib.lua
 -- @include _token.lua

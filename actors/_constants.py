@@ -21,6 +21,11 @@ COUNTS_KEY: Final = "counts"  # HASH "<topic>|<state>" -> number of jobs
 SEQ_KEY: Final = "seq"  # STRING counter for lease tokens
 AUDIT_KEY: Final = "audit"  # STREAM of transition events
 WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest
+READY_CHANNEL: Final = "ready"  # pub/sub channel: a topic's ready list has jobs to lease
+SLOT_PROBE_KEY: Final = "slot-probe"  # never created: EXISTS on it detects a migrating slot
+
+# The one key per namespace, under its own hash tag: "redelay:{<namespace>}:config".
+CONFIG_KEY: Final = "config"  # HASH: shard count and audit retention
 
 # A job is stored under the member "<topic>|<id>"; topics may not contain the separator.
 MEMBER_SEPARATOR: Final = "|"
@@ -60,3 +65,4 @@ DEFAULT_AUDIT_MAXLEN: Final = 1_000_000
 
 DEFAULT_CARRY_BATCH: Final = 1_000
 DEFAULT_SHARDS: Final = 1
+SHARDS_MAX: Final = 1_024  # each shard costs every carrier and sweeper one script call per round

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from actors import _constants as c
 from actors.lifecycle import (
     LIVE_STATES,
     TRANSITIONS,
@@ -140,7 +141,7 @@ class Model:
             job = self.jobs[key]
             job.state = S.LEASED
             job.token = token
-            lease = job.lease_ms or self.topic_lease_ms.get(topic, 30_000)
+            lease = job.lease_ms or self.topic_lease_ms.get(topic, c.DEFAULT_LEASE_MS)
             job.deadline_ms = now_ms + lease
             taken.append(key)
         return taken

@@ -7,6 +7,10 @@
 --           skewed caller can never trim the entry it just wrote)
 --   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists)
 -- A job is a member string "<topic>|<id>"; topics never contain "|", so the first "|" splits it.
+-- Key names the scripts build from the prefix, defined once in actors/_constants.py:
+-- @constant READY_KEY_PREFIX
+-- @constant READY_CHANNEL
+-- @constant SLOT_PROBE_KEY
 local rcall = redis.call
 local now_ms = tonumber(ARGV[1])
 local trim_kind = ARGV[2]
@@ -17,7 +21,7 @@ local prefix = ARGV[4]
 -- already be there, and a command on it fails the script half-way, after earlier writes (scripts
 -- do not roll back), leaving a job in no structure. A key that never exists is redirected exactly
 -- then, so refuse before writing anything; cluster clients retry TRYAGAIN until the move is done.
-local slot_probe = redis.pcall('EXISTS', prefix .. 'slot-probe')
+local slot_probe = redis.pcall('EXISTS', prefix .. SLOT_PROBE_KEY)
 if type(slot_probe) == 'table' and slot_probe.err then
   return redis.error_reply('TRYAGAIN redelay: this shard\'s slot is migrating')
 end
@@ -28,14 +32,14 @@ local function split_member(member)
 end
 
 local function ready_key(topic)
-  return prefix .. 'ready:' .. topic
+  return prefix .. READY_KEY_PREFIX .. topic
 end
 
 -- Tells the listeners of every process, on <prefix>ready, that a topic has ready jobs they may
 -- not know of: its list was empty, or a lease left jobs behind (that consumer was full). Listeners
 -- of a sharded namespace cannot block on the lists of several shards, so they wait for this.
 local function ready_notice(topic)
-  rcall('PUBLISH', prefix .. 'ready', topic)
+  rcall('PUBLISH', prefix .. READY_CHANNEL, topic)
 end
 
 local minid_trimmed = false

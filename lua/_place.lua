@@ -2,7 +2,8 @@
 -- otherwise into the delayed set. When a delayed job becomes the earliest one, the carriers of
 -- every process are told on the wake channel so they can shorten their sleep; when a ready list
 -- was empty, its listeners are told on the ready channel.
--- Needs _lib.lua. Returns the state the job is now in.
+-- Returns the state the job is now in.
+-- @include _lib.lua
 local function place(delayed_key, counts_key, member, due_ms, wake_channel, front)
   if due_ms <= now_ms then
     local topic = split_member(member)

@@ -1,6 +1,7 @@
 -- Takes a job out of whichever structure holds it, without deleting its record.
--- Needs _lib.lua. `k` names jobs, delayed, leased, tokens, dead, counts.
+-- `k` names jobs, delayed, leased, tokens, dead, counts.
 -- Returns the state it was in ('delayed', 'ready', 'leased', 'dead') or nil if there is no job.
+-- @include _lib.lua
 local function job_state(k, member)
   if rcall('HEXISTS', k.jobs, member) == 0 then return nil end
   if rcall('ZSCORE', k.delayed, member) then return 'delayed' end

@@ -1,9 +1,11 @@
 -- Ends one failed attempt of a leased job (a handler failure or an expired lease).
--- Needs _lib.lua and _place.lua. `k` names the keys: jobs, delayed, leased, tokens, dead, topics,
--- counts, audit. `override_ms` < 0 means "use the schedule".
+-- `k` names the keys: jobs, delayed, leased, tokens, dead, topics, counts, audit.
+-- `override_ms` < 0 means "use the schedule".
 -- Attempt n (1-based) that fails is retried schedule[n] ms later; past the end of the schedule the
 -- job is dead. A job whose cancel was requested while it was leased is removed instead.
 -- Returns the job's new state: 'delayed', 'ready', 'dead' or 'cancelled'.
+-- @include _lib.lua
+-- @include _place.lua
 local function end_failed_attempt(k, member, record, event, reason, override_ms, wake_channel)
   local attempt = attempts_failed(record) + 1
   local topic = split_member(member)

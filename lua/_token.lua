@@ -1,6 +1,7 @@
 -- Checks a lease token. A stale or missing token is rejected and the rejection is recorded, so a
--- consumer that lost its lease can be seen in the job's history. Needs _lib.lua.
+-- consumer that lost its lease can be seen in the job's history.
 -- Returns 0 when the token holds, -3 STALE_TOKEN when another lease holds the job, -4 NOT_LEASED.
+-- @include _lib.lua
 local function check_token(k, member, token, op)
   local current = rcall('HGET', k.tokens, member)
   if current == token then return 0 end

@@ -12,7 +12,6 @@
 -- Publishes: on <prefix>wake (ARGV[5]; "" for none), a retry's due time when it is earlier than
 -- every delayed job; on <prefix>ready, a topic whose ready list was empty (a retry due at once).
 -- @include _lib.lua
--- @include _place.lua
 -- @include _retry.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}

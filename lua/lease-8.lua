@@ -4,12 +4,13 @@
 -- KEYS[8] audit
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] topic   ARGV[6] limit   ARGV[7] consumer name
 -- Returns: a flat list, per leased job: member, token, deadline_ms, record (msgpack).
--- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else 30000).
+-- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else DEFAULT_LEASE_MS).
 -- Tokens are "<now_ms>-<seq>", unique even if the counter is lost with the data.
 -- Events: leased {tok, dl, by}.
 -- Publishes: on <prefix>ready, the topic when jobs are left behind (this consumer was full; another
 -- may have room).
 -- @include _lib.lua
+-- @constant DEFAULT_LEASE_MS
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8]}
 local topic, limit, consumer = ARGV[5], tonumber(ARGV[6]), ARGV[7]
@@ -19,7 +20,7 @@ local members = rcall('LPOP', k.ready, limit)
 if not members then return result end
 if #members == limit and rcall('LLEN', k.ready) > 0 then ready_notice(topic) end
 local last_seq = rcall('INCRBY', k.seq, #members)
-local topic_lease_ms = topic_config(k.topics, topic)['l'] or 30000
+local topic_lease_ms = topic_config(k.topics, topic)['l'] or DEFAULT_LEASE_MS
 local leased = 0
 for j, member in ipairs(members) do
   local blob = rcall('HGET', k.jobs, member)

@@ -22,10 +22,8 @@ from actors import _constants as c
 from actors.model import Event
 from actors.server.embedded import RedisProcess
 from actors.storage import codec as _record
-from actors.storage.keys import ShardKeys
-from actors.storage.namespace_config import config_key
+from actors.storage.keys import ShardKeys, config_key
 from actors.storage.scripts import lua_dir, sources
-from actors.storage.sharding import ready_channel
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _SCRIPT_RE = re.compile(r"[a-z_]+-\d+\.lua")
@@ -34,7 +32,8 @@ _AUDIT_CALL_RE = re.compile(r"audit\(k\.audit, '([a-z_]+)'")
 _RETRY_CALL_RE = re.compile(r"end_failed_attempt\([^)']*'([a-z_]+)'")
 _HEADER_EVENT_RE = re.compile(r"([a-z_]+) \{")
 _HEADER_SECTION_RE = re.compile(r"^-- ([A-Z][a-z]+):", re.MULTILINE)
-_LUA_PREFIX_NAME_RE = re.compile(r"prefix \.\. '([^']+)'( \.\. topic)?")
+_LUA_PREFIX_NAME_RE = re.compile(r"prefix \.\. ([A-Z_]+)( \.\. topic)?")
+_LUA_PREFIX_LITERAL_RE = re.compile(r"prefix \.\. ['\"]")
 _KEY_ROW_RE = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
 
 
@@ -118,7 +117,7 @@ _FUNCTION_RE = re.compile(r"^local function (\w+)\(.*?^end$", re.MULTILINE | re.
 _PUBLISH_RE = re.compile(r"rcall\('PUBLISH', ([^,]+),")
 # What a PUBLISH names -> the channel, as the key table writes it. The wake channel reaches the
 # helpers as a parameter; a script publishes on it only when the script takes it as an argument.
-_CHANNEL_EXPRESSIONS = {"wake_channel": "<prefix>wake", "prefix .. 'ready'": "<prefix>ready"}
+_CHANNEL_EXPRESSIONS = {"wake_channel": "<prefix>wake", "prefix .. READY_CHANNEL": "<prefix>ready"}
 _WAKE_ARGUMENT_RE = re.compile(r"^local wake_channel = ARGV\[\d+\]$", re.MULTILINE)
 _HEADER_CHANNEL_RE = re.compile(r"<prefix>(?:wake|ready)\b(?!:)")
 
@@ -231,16 +230,26 @@ def test_an_unlisted_argument_is_noticed() -> None:
 
 def key_names_in_code() -> list[str]:
     """Every name redelay gives a key or channel, as the key table writes it."""
-    names = [c.JOBS_KEY, c.DELAYED_KEY, c.LEASED_KEY, c.TOKENS_KEY, c.DEAD_KEY, c.TOPICS_KEY]
-    names += [c.COUNTS_KEY, c.SEQ_KEY, c.AUDIT_KEY, c.WAKE_CHANNEL, c.READY_KEY_PREFIX + "<topic>"]
     keys = ShardKeys("ns", 0)
-    names.append(ready_channel(keys).removeprefix(keys.prefix))
-    # Names the scripts build themselves: `prefix .. 'ready:' .. topic`, `prefix .. 'slot-probe'`.
+    names = [keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead, keys.topics]
+    names += [keys.counts, keys.seq, keys.audit, keys.wake_channel, keys.ready("<topic>")]
+    names += [keys.ready_channel, keys.slot_probe]
+    shard_keys = {name.replace(keys.prefix, "<prefix>", 1) for name in names}
+    # Names the scripts build themselves, e.g. `prefix .. READY_KEY_PREFIX .. topic`.
     for path in sorted(lua_dir().glob("*.lua")):
-        for name, topic in _LUA_PREFIX_NAME_RE.findall(path.read_text()):
-            names.append(name + ("<topic>" if topic else ""))
-    shard_keys = sorted({f"<prefix>{name}" for name in names})
-    return [*shard_keys, config_key("<namespace>")]
+        for constant, topic in _LUA_PREFIX_NAME_RE.findall(path.read_text()):
+            shard_keys.add(f"<prefix>{getattr(c, constant)}" + ("<topic>" if topic else ""))
+    return [*sorted(shard_keys), config_key("<namespace>")]
+
+
+def test_the_scripts_build_key_names_from_the_constants_only() -> None:
+    built = []
+    for path in sorted(lua_dir().glob("*.lua")):
+        built += _LUA_PREFIX_NAME_RE.findall(path.read_text())
+        assert _LUA_PREFIX_LITERAL_RE.findall(path.read_text()) == [], path.name
+    assert sorted(constant for constant, _ in built) == sorted(
+        ["READY_KEY_PREFIX", "READY_CHANNEL", "SLOT_PROBE_KEY"]
+    )
 
 
 def key_table_names(text: str) -> list[str]:

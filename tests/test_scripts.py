@@ -1,15 +1,24 @@
-"""The loader finds every transition script, expands includes, and checks key counts."""
+"""The loader finds every transition script, expands includes and constants, checks key counts."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import redis
 
 from actors import FakeClock, Store
+from actors import _constants as c
 from actors.storage.keys import member
-from actors.storage.scripts import ScriptRunner, lua_dir, sources
+from actors.storage.scripts import (
+    ScriptRunner,
+    ScriptSourceError,
+    expand,
+    load_sources,
+    lua_dir,
+    sources,
+)
 
 TRANSITIONS = {
     "add",
@@ -35,8 +44,122 @@ def test_every_transition_has_a_script() -> None:
 def test_includes_are_expanded_and_every_script_opens_with_its_contract() -> None:
     for name, (_, source) in sources().items():
         assert "-- @include" not in source, name
+        assert "-- @constant" not in source, name
         assert source.startswith(f"-- {name}:"), name
         assert "KEYS[1]" in source.split("\n\n")[0] or "KEYS[1]" in source[:800], name
+
+
+# -- the loader ---------------------------------------------------------------------------
+
+
+def write_lua(directory: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return directory
+
+
+def test_a_file_two_helpers_include_is_pasted_once_before_both(tmp_path: Path) -> None:
+    write_lua(
+        tmp_path,
+        {
+            "_base.lua": "local base = 1\n",
+            "_left.lua": "-- @include _base.lua\nlocal left = base\n",
+            "_right.lua": "-- @include _base.lua\nlocal right = base\n",
+            "both-1.lua": "-- both: KEYS[1]\n-- @include _left.lua\n-- @include _right.lua\n",
+        },
+    )
+    source = load_sources(tmp_path)["both"][1]
+    assert source.count("local base = 1") == 1
+    assert source.index("local base") < source.index("local left") < source.index("local right")
+
+
+def test_a_file_a_script_and_its_helper_both_include_is_pasted_once(tmp_path: Path) -> None:
+    write_lua(
+        tmp_path,
+        {
+            "_base.lua": "local base = 1\n",
+            "_helper.lua": "-- @include _base.lua\nlocal helper = base\n",
+            "one-1.lua": "-- @include _base.lua\n-- @include _helper.lua\n-- @include _base.lua\n",
+        },
+    )
+    assert expand(tmp_path, "one-1.lua").count("local base = 1") == 1
+
+
+def test_a_missing_include_names_the_file_that_includes_it(tmp_path: Path) -> None:
+    write_lua(
+        tmp_path,
+        {"_helper.lua": "-- @include _gone.lua\n", "one-1.lua": "-- @include _helper.lua\n"},
+    )
+    with pytest.raises(ScriptSourceError, match=r"_gone.lua \(_helper.lua includes it\)"):
+        load_sources(tmp_path)
+
+
+def test_an_include_cycle_is_refused_with_its_chain(tmp_path: Path) -> None:
+    write_lua(
+        tmp_path,
+        {
+            "_a.lua": "-- @include _b.lua\n",
+            "_b.lua": "-- @include _a.lua\n",
+            "one-1.lua": "-- @include _a.lua\n",
+        },
+    )
+    with pytest.raises(
+        ScriptSourceError, match=re.escape("one-1.lua -> _a.lua -> _b.lua -> _a.lua")
+    ):
+        load_sources(tmp_path)
+
+
+def test_a_constant_is_written_from_the_python_constants(tmp_path: Path) -> None:
+    write_lua(
+        tmp_path, {"one-1.lua": "-- @constant DEFAULT_LEASE_MS\n-- @constant READY_CHANNEL\n"}
+    )
+    assert expand(tmp_path, "one-1.lua").splitlines() == [
+        f"local DEFAULT_LEASE_MS = {c.DEFAULT_LEASE_MS}",
+        f"local READY_CHANNEL = '{c.READY_CHANNEL}'",
+    ]
+
+
+@pytest.mark.parametrize("name", ["NO_SUCH_NAME", "DEFAULT_RETRY_SCHEDULE_MS"])
+def test_a_constant_that_is_not_a_plain_int_or_str_is_refused(tmp_path: Path, name: str) -> None:
+    write_lua(tmp_path, {"one-1.lua": f"-- @constant {name}\n"})
+    with pytest.raises(ScriptSourceError, match=name):
+        expand(tmp_path, "one-1.lua")
+
+
+_DEFINITION_RE = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_DIRECT_INCLUDE_RE = re.compile(r"^-- @include (\S+)$", re.MULTILINE)
+
+
+def helper_functions() -> dict[str, str]:
+    """Function name -> the helper file that defines it."""
+    return {
+        name: path.name
+        for path in sorted(lua_dir().glob("_*.lua"))
+        for name in _DEFINITION_RE.findall(path.read_text())
+    }
+
+
+@pytest.mark.parametrize("path", sorted(lua_dir().glob("*.lua")), ids=lambda path: path.name)
+def test_every_file_includes_the_helpers_it_calls(path: Path) -> None:
+    text = path.read_text()
+    included = set(_DIRECT_INCLUDE_RE.findall(text)) | {path.name}
+    called = {
+        name: file
+        for name, file in helper_functions().items()
+        if re.search(rf"(?<!function )\b{name}\(", text)
+    }
+    assert {name: file for name, file in called.items() if file not in included} == {}
+    if path.name != "_lib.lua":
+        assert "_lib.lua" in included  # rcall, now_ms, prefix and the slot probe
+
+
+@pytest.mark.parametrize("path", sorted(lua_dir().glob("*.lua")), ids=lambda path: path.name)
+def test_every_helper_is_defined_before_it_is_called(path: Path) -> None:
+    source = expand(lua_dir(), path.name)
+    for name in helper_functions():
+        calls = [m.start() for m in re.finditer(rf"(?<!function )\b{name}\(", source)]
+        if calls:
+            assert 0 <= source.find(f"local function {name}(") < min(calls), name
 
 
 def test_key_count_in_file_name_matches_the_contract() -> None:

@@ -11,8 +11,8 @@ from actors.clock import FakeClock
 from actors.errors import ConfigError, ErrorCode, JobExistsError, PartialAddError, ValidationError
 from actors.replay import compare, fold
 from actors.storage.jobstore import JobStore
-from actors.storage.keys import shard_of
-from actors.storage.namespace_config import config_key, ensure_shards, stored_shards
+from actors.storage.keys import config_key, shard_of
+from actors.storage.namespace_config import ensure_shards, stored_shards
 from actors.storage.sharding import ShardedStore, open_store, ready_channel
 from actors.storage.store import Store
 from actors.values import AuditRetention, TopicConfig

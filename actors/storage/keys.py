@@ -1,7 +1,8 @@
-"""Key names of one shard of a namespace.
+"""Key names of one shard of a namespace, and the namespace's config key.
 
 Every key of a shard carries the hash tag ``{<namespace>.<shard>}``, so every script touches one
-cluster slot. A namespace has one shard by default; more shards give more hash tags.
+cluster slot. A namespace has one shard by default; more shards give more hash tags. The names
+themselves are in actors/_constants.py (the Lua scripts get theirs from there too).
 """
 
 from __future__ import annotations
@@ -61,8 +62,23 @@ class ShardKeys:
     def wake_channel(self) -> str:
         return self.prefix + c.WAKE_CHANNEL
 
+    @property
+    def ready_channel(self) -> str:
+        """Pub/sub channel of the shard's ready notices (published by the scripts in lua/)."""
+        return self.prefix + c.READY_CHANNEL
+
+    @property
+    def slot_probe(self) -> str:
+        """A key that never exists; the scripts check it to notice a slot migration."""
+        return self.prefix + c.SLOT_PROBE_KEY
+
     def ready(self, topic: str) -> str:
         return self.prefix + c.READY_KEY_PREFIX + topic
+
+
+def config_key(namespace: str) -> str:
+    """The namespace's one key outside its shards, under its own hash tag."""
+    return f"{c.KEY_ROOT}:{{{namespace}}}:{c.CONFIG_KEY}"
 
 
 def member(topic: str, job_id: str) -> str:

@@ -13,21 +13,16 @@ from typing import Any
 from actors import _constants as c
 from actors import _validation as validation
 from actors.errors import ConfigError
-from actors.storage.keys import ShardKeys
+from actors.storage.keys import ShardKeys, config_key
 from actors.values import AuditRetention
 
 SHARDS_FIELD = "shards"
 RETENTION_FIELDS = ("audit_trim", "audit_maxlen", "audit_retention_ms")
-SHARDS_MAX = 1_024  # each shard costs every carrier and sweeper one script call per round
-
-
-def config_key(namespace: str) -> str:
-    return f"{c.KEY_ROOT}:{{{namespace}}}:config"
 
 
 def _shards_arg(shards: object) -> int:
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= SHARDS_MAX:
-        raise ConfigError(f"shards must be an integer from 1 to {SHARDS_MAX}, got {shards!r}")
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= c.SHARDS_MAX:
+        raise ConfigError(f"shards must be an integer from 1 to {c.SHARDS_MAX}, got {shards!r}")
     return shards
 
 

@@ -1,8 +1,15 @@
 """Loads the Lua scripts in lua/, from a checkout or from an installed wheel.
 
 A script file is named ``<transition>-<number of keys>.lua``; the loader checks the key count on
-every call. Lines ``-- @include <file>`` are replaced by that file, so shared helpers are written
-once (Redis has no module system for EVAL scripts).
+every call. Redis has no module system for EVAL scripts, so the loader pastes the source together
+from two kinds of directive line:
+
+- ``-- @include <file>`` is replaced by that file, itself expanded. Every file, script or helper,
+  includes what it uses; each file is pasted once per script, at the first line that includes it,
+  so two helpers may share a third. A missing file or a cycle is a :class:`ScriptSourceError`.
+- ``-- @constant <NAME>`` becomes ``local NAME = <value>`` with the value of ``NAME`` in
+  :mod:`actors._constants`, so key names and defaults the scripts share with Python are written
+  once, there.
 """
 
 from __future__ import annotations
@@ -15,8 +22,17 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-_INCLUDE_RE = re.compile(r"^-- @include (\S+)\s*$", re.MULTILINE)
+from actors import _constants
+
+_INCLUDE_RE = re.compile(r"^-- @include (\S+)[ \t]*$", re.MULTILINE)
+_CONSTANT_RE = re.compile(r"^-- @constant (\S+)[ \t]*$", re.MULTILINE)
 _NAME_RE = re.compile(r"^(?P<name>[a-z_]+)-(?P<keys>\d+)\.lua$")
+# Constant strings are key names and the like: kept to characters that need no Lua escaping.
+_PLAIN_STRING_RE = re.compile(r"^[A-Za-z0-9_.:|-]*$")
+
+
+class ScriptSourceError(Exception):
+    """The Lua sources cannot be put together: a missing include, a cycle, an unknown constant."""
 
 
 def lua_dir() -> Path:
@@ -30,27 +46,58 @@ def lua_dir() -> Path:
     )
 
 
-def _expand(directory: Path, text: str, seen: frozenset[str] = frozenset()) -> str:
-    def include(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in seen:
-            return ""
-        return _expand(directory, (directory / name).read_text(), seen | {name})
+def lua_constant(name: str) -> str:
+    """``local <name> = <value>`` for a constant of actors._constants."""
+    value = getattr(_constants, name, None)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ScriptSourceError(f"@constant {name}: actors._constants has no int or str {name}")
+    if isinstance(value, str):
+        if not _PLAIN_STRING_RE.match(value):
+            raise ScriptSourceError(f"@constant {name}: {value!r} would need escaping in Lua")
+        return f"local {name} = '{value}'"
+    return f"local {name} = {value}"
 
-    return _INCLUDE_RE.sub(include, text)
+
+def expand(directory: Path, name: str) -> str:
+    """The file ``name`` of ``directory``, its directives replaced (see the module docstring)."""
+    pasted: set[str] = set()
+
+    def paste(chain: tuple[str, ...]) -> str:
+        path = directory / chain[-1]
+        if not path.is_file():
+            where = f"{chain[-2]} includes it" if len(chain) > 1 else "asked for"
+            raise ScriptSourceError(f"{chain[-1]} ({where}) is not in {directory}")
+
+        def include(match: re.Match[str]) -> str:
+            target = match[1]
+            if target in chain:
+                raise ScriptSourceError(f"include cycle: {' -> '.join((*chain, target))}")
+            if target in pasted:
+                return ""
+            return paste((*chain, target))
+
+        text = _INCLUDE_RE.sub(include, path.read_text())
+        pasted.add(chain[-1])
+        return _CONSTANT_RE.sub(lambda match: lua_constant(match[1]), text)
+
+    return paste((name,))
 
 
-@cache
-def sources() -> dict[str, tuple[int, str]]:
-    """Script name -> (number of keys, expanded source)."""
-    directory = lua_dir()
+def load_sources(directory: Path) -> dict[str, tuple[int, str]]:
+    """Script name -> (number of keys, expanded source), for the scripts in ``directory``."""
     found: dict[str, tuple[int, str]] = {}
     for path in sorted(directory.glob("*.lua")):
         match = _NAME_RE.match(path.name)
         if match is None:
             continue  # helpers such as _lib.lua are only included
-        found[match["name"]] = (int(match["keys"]), _expand(directory, path.read_text()))
+        found[match["name"]] = (int(match["keys"]), expand(directory, path.name))
     return found
+
+
+@cache
+def sources() -> dict[str, tuple[int, str]]:
+    """Script name -> (number of keys, expanded source), for redelay's scripts."""
+    return load_sources(lua_dir())
 
 
 class ScriptRunner:

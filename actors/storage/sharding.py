@@ -129,7 +129,7 @@ class ShardedStore:
         default_topic_config: TopicConfig | None = None,
         durability: Durability | None = None,
     ) -> None:
-        validation.count(shards, "shards", 1_024)
+        validation.count(shards, "shards", c.SHARDS_MAX)
         self.client = client
         self.clock = clock
         self.durability = durability
@@ -518,8 +518,7 @@ def shard_stores(store: JobStore) -> list[Store]:
 
 
 def ready_channel(keys: ShardKeys) -> str:
-    """The shard's pub/sub channel for ready notices (published by the scripts in lua/)."""
-    return keys.prefix + "ready"
+    return keys.ready_channel
 
 
 def _call_with(method: Callable[[Store, Any], T], part: list[Any], store: Store) -> T:

@@ -168,6 +168,34 @@ def test_the_script_headers_list_the_channels_the_code_publishes_on() -> None:
     assert publishes_in_headers() == publishes_in_code()
 
 
+def publishers_in_key_table(text: str) -> dict[str, set[str]]:
+    """Channel -> the scripts the "Written by" cell of its row in docs/redis-layout.md names."""
+    rows = text.split("## Keys and channels\n", 1)[1].split("\n## ", 1)[0]
+    scripts = set(sources())
+    found: dict[str, set[str]] = {}
+    for line in rows.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if len(cells) > 3 and "pub/sub channel" in cells[1]:
+            found[cells[0].strip("`")] = set(re.findall(r"`([a-z]+)`", cells[3])) & scripts
+    return found
+
+
+def publishers_in_code() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for script, channels in publishes_in_code().items():
+        for channel in channels:
+            found.setdefault(channel, set()).add(script.rsplit("-", 1)[0])
+    return found
+
+
+def test_the_key_table_names_the_scripts_that_publish_on_each_channel() -> None:
+    text = (DOCS / "redis-layout.md").read_text()
+    assert publishers_in_key_table(text) == publishers_in_code()
+    assert publishers_in_key_table(text.replace("`expire`, `requeue`", "`requeue`")) != (
+        publishers_in_code()
+    )
+
+
 def test_the_publish_check_follows_helpers_and_can_fail() -> None:
     code = publishes_in_code()
     # fail-8 publishes only through end_failed_attempt -> place (two helpers deep).
@@ -274,6 +302,11 @@ def test_a_name_missing_from_the_key_table_is_noticed(row: str) -> None:
     assert sorted(key_table_names(text.replace(row, "| something else |"))) != sorted(
         key_names_in_code()
     )
+
+
+def test_the_record_table_gives_the_lease_default() -> None:
+    text = (DOCS / "redis-layout.md").read_text()
+    assert f"else {c.DEFAULT_LEASE_MS} (`DEFAULT_LEASE_MS`)" in text
 
 
 def test_every_record_field_is_in_the_record_table() -> None:

@@ -1,8 +1,10 @@
 """The reference pages (audit schema, key layout, limits) agree with the code they describe.
 
 The audit table in docs/audit.md is checked against the events each Lua script really emits and
-against the contract header at the top of each script; the key table against actors/_constants.py,
-the names the Lua scripts build from the shard prefix, and the namespace config key; the limits in
+against the contract header at the top of each script; each header also against the keys,
+arguments and channels its script uses; the key table against actors/_constants.py, the names the
+Lua scripts build from the shard prefix, the namespace config key and the scripts that publish on
+each channel; the limits in
 docs/lifecycle.md against the constants; the full-Redis table in docs/operations.md against a real
 redis-server; every relative link in docs/*.md resolves; the Python examples are run.
 """

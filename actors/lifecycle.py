@@ -71,7 +71,11 @@ class Rule:
 
 
 S, E, F = State, Event, Effect
-LIVE_STATES = frozenset({S.DELAYED, S.READY, S.LEASED, S.DEAD})  # the job has a record
+# Live and not dead: the job will be delivered (again) without anyone acting. In the order a job
+# passes them, the order of columns and listings.
+PENDING_STATES: tuple[State, ...] = (S.DELAYED, S.READY, S.LEASED)
+LIVE_STATES_IN_ORDER: tuple[State, ...] = (*PENDING_STATES, S.DEAD)
+LIVE_STATES = frozenset(LIVE_STATES_IN_ORDER)  # the job has a record
 END_STATES = frozenset({S.ACKED, S.CANCELLED})  # the record is deleted
 
 # Where a job goes when its due time decides: already due, straight to ready.

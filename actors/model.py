@@ -14,6 +14,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from actors._constants import DEFAULT_LEASE_MS
 from actors.lifecycle import (
     END_STATES,
     LIVE_STATES,
@@ -54,7 +55,6 @@ __all__ = [
 
 
 Key = tuple[str, str]
-DEFAULT_LEASE_MS = 30_000  # a job with no lease of its own in a topic that has none either
 
 
 @dataclass

@@ -1,14 +1,19 @@
-"""The job lifecycle: its states, its events, and which event may move a job from which state.
+"""The job lifecycle: its states, its events, and the one table of which event may move a job
+from which state, to which states, with which effects on the job's record.
 
-Pure: no Redis, no threads. The model (:mod:`actors.model`), the replay of the audit stream
-(:mod:`actors.replay`) and the values the store returns (:mod:`actors.values`) all spell states
-and events with these enums.
+Pure: no Redis, no threads. The model (:mod:`actors.model`) applies this table for every
+transition, the replay of the audit stream (:mod:`actors.replay`) reads its targets, the states
+an event implies before it and its effects from it, and the values the store returns
+(:mod:`actors.values`) spell states with these enums. The Lua scripts in ``lua/`` are held to it
+by the stateful test.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 
 class State(StrEnum):
@@ -39,30 +44,81 @@ class Event(StrEnum):
     REJECTED = "rejected"  # a stale token was refused; no state change
 
 
-S, E = State, Event
-# (event, state before) -> states it may lead to. The choice among several is the due time's:
-# a job already due goes straight to ready.
-TRANSITIONS: dict[tuple[Event, State], frozenset[State]] = {
-    (E.ADDED, S.NEW): frozenset({S.DELAYED, S.READY}),
+class Effect(StrEnum):
+    """What a transition does to the job's record besides changing its state.
+
+    Listed in the order :func:`step` applies them.
+    """
+
+    NEW_RECORD = "new record"  # body, schedule, lease and creation time written afresh
+    ENDS_LEASE = "ends lease"  # token and deadline dropped; the old token is refused from now on
+    RESETS_ATTEMPTS = "resets attempts"  # failed attempts back to 0
+    COUNTS_ATTEMPT = "counts attempt"  # one more failed attempt
+    CLEARS_CANCEL = "clears cancel"  # a pending cancel request dropped
+    MARKS_CANCEL = "marks cancel"  # the lease ends the job, whatever ends the lease
+    SETS_DUE = "sets due"  # a new due time
+    STARTS_LEASE = "starts lease"  # a new token and deadline
+    MOVES_DEADLINE = "moves deadline"  # the lease's deadline, for the same token
+    FRONT = "ready list front"  # onto the front of its topic's ready list, not the back
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: the states an event may lead to from one state, and its effects."""
+
+    targets: frozenset[State]
+    effects: frozenset[Effect] = frozenset()
+
+
+S, E, F = State, Event, Effect
+# Live and not dead: the job will be delivered (again) without anyone acting. In the order a job
+# passes them, the order of columns and listings.
+PENDING_STATES: tuple[State, ...] = (S.DELAYED, S.READY, S.LEASED)
+LIVE_STATES_IN_ORDER: tuple[State, ...] = (*PENDING_STATES, S.DEAD)
+LIVE_STATES = frozenset(LIVE_STATES_IN_ORDER)  # the job has a record
+END_STATES = frozenset({S.ACKED, S.CANCELLED})  # the record is deleted
+
+# Where a job goes when its due time decides: already due, straight to ready.
+_BY_DUE = frozenset({S.DELAYED, S.READY})
+
+
+def _rule(targets: frozenset[State], *effects: Effect) -> Rule:
+    return Rule(targets, frozenset(effects))
+
+
+_ATTEMPT_FAILED = (F.ENDS_LEASE, F.COUNTS_ATTEMPT)
+
+# (event, state before) -> its rule. A job that is cancelled while leased keeps its lease until
+# something ends it; then it ends as cancelled (or acked) instead of being retried or released.
+RULES: dict[tuple[Event, State], Rule] = {
+    (E.ADDED, S.NEW): _rule(_BY_DUE, F.NEW_RECORD, F.SETS_DUE),
     **{
-        (E.REPLACED, s): frozenset({S.DELAYED, S.READY})
+        (E.REPLACED, s): _rule(
+            _BY_DUE, F.NEW_RECORD, F.ENDS_LEASE, F.RESETS_ATTEMPTS, F.CLEARS_CANCEL, F.SETS_DUE
+        )
         for s in (S.DELAYED, S.READY, S.LEASED, S.DEAD)
     },
-    (E.READY, S.DELAYED): frozenset({S.READY}),
-    (E.LEASED, S.READY): frozenset({S.LEASED}),
-    (E.ACKED, S.LEASED): frozenset({S.ACKED}),
-    (E.FAILED, S.LEASED): frozenset({S.DELAYED, S.READY}),
-    (E.EXPIRED, S.LEASED): frozenset({S.DELAYED, S.READY}),
-    (E.DEAD, S.LEASED): frozenset({S.DEAD}),
-    (E.EXTENDED, S.LEASED): frozenset({S.LEASED}),
-    (E.RELEASED, S.LEASED): frozenset({S.READY}),
-    (E.CANCEL_REQUESTED, S.LEASED): frozenset({S.LEASED}),
-    **{(E.CANCELLED, s): frozenset({S.CANCELLED}) for s in (S.DELAYED, S.READY, S.DEAD, S.LEASED)},
-    (E.REQUEUED, S.DEAD): frozenset({S.READY}),
-    (E.PURGED, S.DEAD): frozenset({S.CANCELLED}),
+    (E.READY, S.DELAYED): _rule(frozenset({S.READY})),
+    (E.LEASED, S.READY): _rule(frozenset({S.LEASED}), F.STARTS_LEASE),
+    (E.ACKED, S.LEASED): _rule(frozenset({S.ACKED}), F.ENDS_LEASE),
+    (E.FAILED, S.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, F.SETS_DUE),
+    (E.EXPIRED, S.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, F.SETS_DUE),
+    (E.DEAD, S.LEASED): _rule(frozenset({S.DEAD}), *_ATTEMPT_FAILED),
+    (E.EXTENDED, S.LEASED): _rule(frozenset({S.LEASED}), F.MOVES_DEADLINE),
+    (E.RELEASED, S.LEASED): _rule(frozenset({S.READY}), F.ENDS_LEASE, F.FRONT),
+    (E.CANCEL_REQUESTED, S.LEASED): _rule(frozenset({S.LEASED}), F.MARKS_CANCEL),
+    **{(E.CANCELLED, s): _rule(frozenset({S.CANCELLED})) for s in (S.DELAYED, S.READY, S.DEAD)},
+    (E.CANCELLED, S.LEASED): _rule(frozenset({S.CANCELLED}), F.ENDS_LEASE),
+    (E.REQUEUED, S.DEAD): _rule(frozenset({S.READY}), F.RESETS_ATTEMPTS, F.SETS_DUE),
+    (E.PURGED, S.DEAD): _rule(frozenset({S.CANCELLED})),
 }
 
-LIVE_STATES = frozenset({S.DELAYED, S.READY, S.LEASED, S.DEAD})
+# The table without its effects: (event, state before) -> states it may lead to.
+TRANSITIONS: dict[tuple[Event, State], frozenset[State]] = {
+    pair: rule.targets for pair, rule in RULES.items()
+}
+
+Table = Mapping[tuple[Event, State], Rule]
 
 
 class IllegalTransition(Exception):
@@ -72,11 +128,125 @@ class IllegalTransition(Exception):
         self.state = state
 
 
+def rule_for(
+    event: Event,
+    before: State,
+    after: State | None = None,
+    key: object = None,
+    table: Table = RULES,
+) -> Rule:
+    """The row for ``event`` from ``before``; IllegalTransition when there is none (or when it
+    does not lead to ``after``)."""
+    rule = table.get((event, before))
+    if rule is None or (after is not None and after not in rule.targets):
+        raise IllegalTransition(event, before, key)
+    return rule
+
+
 def check(event: Event, before: State, after: State | None = None, key: object = None) -> None:
     """Raises IllegalTransition unless the table allows ``event`` from ``before`` (to ``after``)."""
-    targets = TRANSITIONS.get((event, before))
-    if targets is None or (after is not None and after not in targets):
-        raise IllegalTransition(event, before, key)
+    rule_for(event, before, after, key)
+
+
+def target(
+    event: Event,
+    before: State,
+    due_ms: int | None = None,
+    now_ms: int | None = None,
+    key: object = None,
+    table: Table = RULES,
+) -> State:
+    """The state ``event`` leads to from ``before``: the row's only target, or, where the row
+    allows delayed and ready, ready when ``due_ms <= now_ms``."""
+    targets = rule_for(event, before, key=key, table=table).targets
+    if len(targets) == 1:
+        return next(iter(targets))
+    if targets != _BY_DUE or due_ms is None or now_ms is None:
+        raise ValueError(f"{event} from {before} leads to one of {sorted(targets)}: which one?")
+    return S.READY if due_ms <= now_ms else S.DELAYED
+
+
+def sources(event: Event, table: Table = RULES) -> frozenset[State]:
+    """The states ``event`` may leave from."""
+    return frozenset(before for (e, before) in table if e is event)
+
+
+def implied_before(event: Event, table: Table = RULES) -> State | None:
+    """The state a job must have been in for ``event`` to happen, when only one is possible."""
+    possible = sources(event, table)
+    return next(iter(possible)) if len(possible) == 1 else None
+
+
+def starts_record(event: Event, table: Table = RULES) -> bool:
+    """True when ``event`` writes a fresh record, from whatever state (added, replaced)."""
+    return any(e is event and F.NEW_RECORD in rule.effects for (e, _), rule in table.items())
+
+
+class JobRecord(Protocol):
+    """The fields of a job the lifecycle changes (the model's and the replay's jobs have them)."""
+
+    state: State
+    due_ms: int
+    attempts_failed: int
+    token: str | None
+    deadline_ms: int | None
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the caller knows of one transition, for the effects that need it."""
+
+    due_ms: int | None = None  # SETS_DUE
+    token: str | None = None  # STARTS_LEASE, MOVES_DEADLINE
+    deadline_ms: int | None = None  # STARTS_LEASE, MOVES_DEADLINE
+    # COUNTS_ATTEMPT: the count after it, when the caller knows it (the audit's `a`); else +1.
+    attempts_failed: int | None = None
+
+
+NO_FACTS = Facts()  # for the transitions whose effects need none
+
+
+def step(
+    job: JobRecord,
+    event: Event,
+    after: State,
+    facts: Facts = NO_FACTS,
+    key: object = None,
+    table: Table = RULES,
+) -> Rule:
+    """Moves ``job`` by ``event`` to ``after`` and applies the row's effects to its record.
+
+    Raises (IllegalTransition, or ValueError when ``facts`` lack what an effect needs) before
+    changing anything. Where the job sits (ready list, end) and NEW_RECORD / FRONT are the
+    caller's: they are about the container, not the record.
+    """
+    rule = rule_for(event, job.state, after, key, table)
+    effects = rule.effects
+    if F.SETS_DUE in effects and facts.due_ms is None:
+        raise ValueError(f"{event} sets the due time: due_ms is missing")
+    if effects & {F.STARTS_LEASE, F.MOVES_DEADLINE} and (
+        facts.token is None or facts.deadline_ms is None
+    ):
+        raise ValueError(f"{event} sets the lease: token and deadline_ms are missing")
+    if F.ENDS_LEASE in effects:
+        job.token = job.deadline_ms = None
+    if F.RESETS_ATTEMPTS in effects:
+        job.attempts_failed = 0
+    if F.COUNTS_ATTEMPT in effects:
+        counted = facts.attempts_failed
+        job.attempts_failed = job.attempts_failed + 1 if counted is None else counted
+    if F.CLEARS_CANCEL in effects:
+        job.cancel_requested = False
+    if F.MARKS_CANCEL in effects:
+        job.cancel_requested = True
+    if F.SETS_DUE in effects:
+        assert facts.due_ms is not None
+        job.due_ms = facts.due_ms
+    if effects & {F.STARTS_LEASE, F.MOVES_DEADLINE}:
+        job.token, job.deadline_ms = facts.token, facts.deadline_ms
+    job.state = after
+    return rule
 
 
 def next_retry(

@@ -1,38 +1,54 @@
 """The job lifecycle as a small pure model: no Redis, no threads.
 
 It is the oracle the stateful tests compare the Lua scripts against, the rule book the replay
-checks the audit stream with, and the source of the state diagram in docs/lifecycle.md
-(``python -m actors.model`` prints it). An illegal transition raises and changes nothing.
+checks the audit stream with, and the source of the state diagram and the effects table in
+docs/lifecycle.md (``python -m actors.model`` prints the diagram, ``python -m actors.model
+--effects`` the table). Every transition goes through the table in :mod:`actors.lifecycle`: an
+illegal transition raises IllegalTransition and changes nothing.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import sys
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from actors import _constants as c
+from actors._constants import DEFAULT_LEASE_MS
 from actors.lifecycle import (
+    END_STATES,
     LIVE_STATES,
+    NO_FACTS,
+    RULES,
     TRANSITIONS,
+    Effect,
     Event,
+    Facts,
     IllegalTransition,
+    Rule,
     State,
+    Table,
     check,
     next_retry,
+    step,
+    target,
 )
 
 S, E = State, Event
 
 __all__ = [
     "LIVE_STATES",
+    "RULES",
     "TRANSITIONS",
+    "Effect",
     "Event",
     "IllegalTransition",
     "Model",
     "ModelJob",
+    "Rule",
     "State",
     "check",
+    "effects_table",
     "next_retry",
     "state_diagram",
 ]
@@ -55,8 +71,22 @@ class ModelJob:
     cancel_requested: bool = False
 
     @property
+    def key(self) -> Key:
+        return (self.topic, self.id)
+
+    @property
     def member(self) -> str:
         return f"{self.topic}|{self.id}"
+
+
+@dataclass(frozen=True)
+class _Move:
+    """One planned transition: checked against the table before anything changes."""
+
+    job: ModelJob
+    event: Event
+    after: State
+    facts: Facts = NO_FACTS
 
 
 @dataclass
@@ -68,25 +98,56 @@ class Model:
     jobs: dict[Key, ModelJob] = field(default_factory=dict)
     ready: dict[str, deque[Key]] = field(default_factory=dict)
     done: dict[Key, State] = field(default_factory=dict)  # last end state of removed jobs
+    # How often each row of the table was applied (the replay of the audit counts the same).
+    transitions: Counter[tuple[Event, State]] = field(default_factory=Counter)
+    # The table every transition is checked against and takes its effects from.
+    table: Table = field(default_factory=lambda: RULES, repr=False, compare=False)
+
+    # -- the table ----------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        job: ModelJob,
+        event: Event,
+        facts: Facts = NO_FACTS,
+        now_ms: int | None = None,
+    ) -> _Move:
+        """Raises IllegalTransition unless the table allows ``event`` from the job's state."""
+        after = target(event, job.state, facts.due_ms, now_ms, job.key, self.table)
+        return _Move(job, event, after, facts)
+
+    def _commit(self, moves: Iterable[_Move]) -> None:
+        """Applies planned moves (all of them planned before the first is applied)."""
+        for move in moves:
+            job, before = move.job, move.job.state
+            key = job.key
+            rule = step(job, move.event, move.after, move.facts, key, self.table)
+            self.transitions[(move.event, before)] += 1
+            # A new record re-enters its structure even when its state stays the same.
+            moved = before is not move.after or Effect.NEW_RECORD in rule.effects
+            if moved and before is S.READY:
+                self.ready[job.topic].remove(key)
+            if move.after in END_STATES:
+                self.jobs.pop(key, None)
+                self.done[key] = move.after
+                continue
+            self.jobs[key] = job
+            self.done.pop(key, None)
+            if moved and move.after is S.READY:
+                queue = self.ready.setdefault(job.topic, deque())
+                if Effect.FRONT in rule.effects:
+                    queue.appendleft(key)
+                else:
+                    queue.append(key)
+
+    def _apply(
+        self, job: ModelJob, event: Event, facts: Facts = NO_FACTS, now_ms: int | None = None
+    ) -> State:
+        move = self._plan(job, event, facts, now_ms)
+        self._commit([move])
+        return move.after
 
     # -- helpers ----------------------------------------------------------------------------
-
-    def _place(self, job: ModelJob, now_ms: int, front: bool = False) -> None:
-        if job.due_ms <= now_ms:
-            job.state = S.READY
-            queue = self.ready.setdefault(job.topic, deque())
-            if front:
-                queue.appendleft((job.topic, job.id))
-            else:
-                queue.append((job.topic, job.id))
-        else:
-            job.state = S.DELAYED
-
-    def _remove(self, key: Key, end: State) -> None:
-        job = self.jobs.pop(key)
-        if job.state == S.READY:
-            self.ready[job.topic].remove(key)
-        self.done[key] = end
 
     def _schedule(self, job: ModelJob) -> tuple[int, ...]:
         return job.retry_ms or self.topic_retry_ms.get(job.topic, ())
@@ -96,6 +157,10 @@ class Model:
         if job is not None:
             return job.state
         return self.done.get(key, S.NEW)
+
+    def token_ok(self, key: Key, token: str) -> bool:
+        job = self.jobs.get(key)
+        return job is not None and job.state is S.LEASED and job.token == token
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -108,135 +173,110 @@ class Model:
         lease_ms: int | None = None,
         replace: bool = False,
     ) -> State:
-        """Returns the state the job had before (NEW when it did not exist)."""
-        before = self.state_of(key) if key in self.jobs else S.NEW
-        if before != S.NEW and not replace:
-            raise IllegalTransition(E.ADDED, before, key)
-        if before != S.NEW:
-            check(E.REPLACED, before, key=key)
-            self._remove(key, S.CANCELLED)
-        self.done.pop(key, None)
-        job = ModelJob(key[0], key[1], S.NEW, due_ms, 0, retry_ms, lease_ms)
-        self.jobs[key] = job
-        self._place(job, now_ms)
+        """Returns the state the job had before (NEW when it did not exist).
+
+        Adding a job that exists without ``replace`` is an ``added`` from a live state: illegal.
+        """
+        old = self.jobs.get(key)
+        before = S.NEW if old is None else old.state
+        event = E.REPLACED if replace and old is not None else E.ADDED
+        fresh = ModelJob(key[0], key[1], before, due_ms, 0, retry_ms, lease_ms)
+        self._apply(fresh, event, Facts(due_ms=due_ms), now_ms)
         return before
 
     def carry(self, now_ms: int, limit: int) -> list[Key]:
         due = sorted(
-            (j for j in self.jobs.values() if j.state == S.DELAYED and j.due_ms <= now_ms),
+            (j for j in self.jobs.values() if j.state is S.DELAYED and j.due_ms <= now_ms),
             key=lambda j: (j.due_ms, j.member.encode()),
         )[:limit]
-        for job in due:
-            job.state = S.READY
-            self.ready.setdefault(job.topic, deque()).append((job.topic, job.id))
-        return [(j.topic, j.id) for j in due]
+        self._commit([self._plan(job, E.READY) for job in due])
+        return [job.key for job in due]
 
     def lease(self, topic: str, now_ms: int, limit: int, tokens: Iterable[str]) -> list[Key]:
-        queue = self.ready.setdefault(topic, deque())
-        taken: list[Key] = []
-        for token in tokens:
-            if not queue or len(taken) >= limit:
-                break
-            key = queue.popleft()
+        queue = self.ready.get(topic, deque())
+        moves = []
+        for key, token in zip(list(queue)[:limit], tokens, strict=False):
             job = self.jobs[key]
-            job.state = S.LEASED
-            job.token = token
-            lease = job.lease_ms or self.topic_lease_ms.get(topic, c.DEFAULT_LEASE_MS)
-            job.deadline_ms = now_ms + lease
-            taken.append(key)
-        return taken
-
-    def token_ok(self, key: Key, token: str) -> bool:
-        job = self.jobs.get(key)
-        return job is not None and job.state == S.LEASED and job.token == token
-
-    def _end_lease(self, job: ModelJob) -> None:
-        job.token = None
-        job.deadline_ms = None
+            lease_ms = job.lease_ms or self.topic_lease_ms.get(topic, DEFAULT_LEASE_MS)
+            facts = Facts(token=token, deadline_ms=now_ms + lease_ms)
+            moves.append(self._plan(job, E.LEASED, facts))
+        self._commit(moves)
+        return [move.job.key for move in moves]
 
     def ack(self, key: Key, token: str) -> bool:
         if not self.token_ok(key, token):
             return False
-        self._remove(key, S.ACKED)
+        self._apply(self.jobs[key], E.ACKED)
         return True
 
-    def _failed_attempt(self, job: ModelJob, now_ms: int, override_ms: int | None) -> State:
-        self._end_lease(job)
-        key = (job.topic, job.id)
+    def _plan_failed_attempt(
+        self, job: ModelJob, now_ms: int, event: Event, override_ms: int | None
+    ) -> _Move:
+        """A failed (or expired) attempt: retried on the schedule, dead, or cancelled if asked."""
         if job.cancel_requested:
-            self._remove(key, S.CANCELLED)
-            return S.CANCELLED
+            return self._plan(job, E.CANCELLED)
         due = next_retry(job.attempts_failed, self._schedule(job), now_ms, override_ms)
-        job.attempts_failed += 1
         if due is None:
-            job.state = S.DEAD
-            return S.DEAD
-        job.due_ms = due
-        self._place(job, now_ms)
-        return job.state
+            return self._plan(job, E.DEAD)
+        return self._plan(job, event, Facts(due_ms=due), now_ms)
 
     def fail(
         self, key: Key, token: str, now_ms: int, override_ms: int | None = None
     ) -> State | None:
         if not self.token_ok(key, token):
             return None
-        return self._failed_attempt(self.jobs[key], now_ms, override_ms)
+        move = self._plan_failed_attempt(self.jobs[key], now_ms, E.FAILED, override_ms)
+        self._commit([move])
+        return move.after
 
     def expire(self, now_ms: int, limit: int) -> list[Key]:
         expired = sorted(
             (
                 j
                 for j in self.jobs.values()
-                if j.state == S.LEASED and j.deadline_ms is not None and j.deadline_ms <= now_ms
+                if j.state is S.LEASED and j.deadline_ms is not None and j.deadline_ms <= now_ms
             ),
             key=lambda j: (j.deadline_ms, j.member.encode()),
         )[:limit]
-        for job in expired:
-            self._failed_attempt(job, now_ms, None)
-        return [(j.topic, j.id) for j in expired]
+        self._commit([self._plan_failed_attempt(j, now_ms, E.EXPIRED, None) for j in expired])
+        return [job.key for job in expired]
 
     def extend(self, key: Key, token: str, now_ms: int, extend_ms: int) -> bool:
         if not self.token_ok(key, token):
             return False
-        self.jobs[key].deadline_ms = now_ms + extend_ms
+        self._apply(self.jobs[key], E.EXTENDED, Facts(token=token, deadline_ms=now_ms + extend_ms))
         return True
 
     def release(self, key: Key, token: str, now_ms: int) -> bool:
         if not self.token_ok(key, token):
             return False
         job = self.jobs[key]
-        self._end_lease(job)
-        if job.cancel_requested:
-            self._remove(key, S.CANCELLED)
-        else:
-            job.state = S.READY
-            self.ready.setdefault(job.topic, deque()).appendleft(key)
+        self._apply(job, E.CANCELLED if job.cancel_requested else E.RELEASED)
         return True
 
     def cancel(self, key: Key) -> str:
         job = self.jobs.get(key)
         if job is None:
             return "missing"
-        if job.state == S.LEASED:
-            job.cancel_requested = True
+        if job.state is S.LEASED:
+            if not job.cancel_requested:  # a repeated request is no transition
+                self._apply(job, E.CANCEL_REQUESTED)
             return "requested"
-        self._remove(key, S.CANCELLED)
+        self._apply(job, E.CANCELLED)
         return "removed"
 
     def requeue(self, key: Key, now_ms: int) -> bool:
         job = self.jobs.get(key)
-        if job is None or job.state != S.DEAD:
+        if job is None or job.state is not S.DEAD:
             return False
-        job.attempts_failed = 0
-        job.due_ms = now_ms
-        self._place(job, now_ms)
+        self._apply(job, E.REQUEUED, Facts(due_ms=now_ms), now_ms)
         return True
 
     def purge(self, key: Key) -> bool:
         job = self.jobs.get(key)
-        if job is None or job.state != S.DEAD:
+        if job is None or job.state is not S.DEAD:
             return False
-        self._remove(key, S.CANCELLED)
+        self._apply(job, E.PURGED)
         return True
 
 
@@ -245,14 +285,31 @@ def state_diagram() -> str:
     lines = ["stateDiagram-v2"]
     for (event, before), targets in TRANSITIONS.items():
         for after in sorted(targets):
-            src = "[*]" if before == S.NEW else before.value
-            dst = "[*]" if after in (S.ACKED, S.CANCELLED) else after.value
-            label = (
-                event.value if after not in (S.ACKED, S.CANCELLED) else f"{event.value} ({after})"
-            )
+            src = "[*]" if before is S.NEW else before.value
+            dst = "[*]" if after in END_STATES else after.value
+            label = event.value if after not in END_STATES else f"{event.value} ({after})"
             lines.append(f"    {src} --> {dst}: {label}")
     return "\n".join(lines)
 
 
+def _either(states: Iterable[State]) -> str:
+    names = [state.value for state in states]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def effects_table() -> str:
+    """The table with its effects, as a Markdown table: one line per event and rule, the states
+    that share a rule on one line."""
+    grouped: dict[tuple[Event, Rule], list[State]] = {}
+    for (event, before), rule in RULES.items():
+        grouped.setdefault((event, rule), []).append(before)
+    lines = ["| Event | From | To | Effects on the record |", "|---|---|---|---|"]
+    for (event, rule), befores in grouped.items():
+        targets = [state for state in State if state in rule.targets]
+        effects = ", ".join(effect.value for effect in Effect if effect in rule.effects)
+        lines.append(f"| `{event}` | {_either(befores)} | {_either(targets)} | {effects or '-'} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(state_diagram())
+    print(effects_table() if sys.argv[1:] == ["--effects"] else state_diagram())

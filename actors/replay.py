@@ -3,7 +3,9 @@
 The same stream answers three questions: what happened to one job (:func:`history`), what state
 every job was in at a moment (:func:`fold` with ``until_ms``), and whether the live state agrees
 with the log (:func:`compare`). Each event is checked against the lifecycle table in
-:mod:`actors.model`; an event that is not legal from the replayed state is reported, not applied.
+:mod:`actors.lifecycle` and changes the replayed job as the table's effects say; an event that is
+not legal from the replayed state is reported, not applied. The state before the first event of a
+job whose history was trimmed is the one the entry names or the only one the table allows.
 
 Replay is exact only when the stream still holds every event since the oldest live job was added;
 retention trims approximately, so a job whose first events were trimmed shows as ``partial``, and
@@ -12,10 +14,23 @@ a live job created before the oldest event left is not reported as drift by :fun
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from actors.model import Event, IllegalTransition, State, check
+from actors.lifecycle import (
+    END_STATES,
+    Effect,
+    Event,
+    Facts,
+    IllegalTransition,
+    State,
+    implied_before,
+    rule_for,
+    starts_record,
+    step,
+    target,
+)
 from actors.values import Snapshot
 
 Key = tuple[str, str]
@@ -43,6 +58,8 @@ class Replay:
     events: int = 0
     last_ms: int = 0
     first_ms: int | None = None  # time of the oldest event replayed
+    # How often each row of the lifecycle table was applied (the model counts the same).
+    transitions: Counter[tuple[Event, State]] = field(default_factory=Counter)
 
     def apply(self, entry_id: str, fields: dict[str, str]) -> None:
         self.events += 1
@@ -55,94 +72,68 @@ class Replay:
         if event is Event.REJECTED:
             return
         job = self.jobs.get(key)
-        before = job.state if job is not None else State.NEW
         ended = self.ended.get(key)
-        if job is None and ended is not None and event not in (Event.ADDED, Event.REPLACED):
+        if job is None and ended is not None and not starts_record(event):
             # The job's end is in the stream, so this is not trimmed history: nothing may follow
             # an ack or a cancel except a new add of the same (topic, id).
             self.anomalies.append(f"{entry_id}: {event} after the job was {ended}")
             return
-        if job is None and event is Event.REPLACED:
-            before = State(fields["was"])  # its earlier events were trimmed; replace resets all
-        elif job is None and event is not Event.ADDED:
-            # Its earlier events were trimmed: start it from what this event implies.
-            job = ReplayedJob(
-                key[0],
-                key[1],
-                State.NEW,
-                int(fields.get("due", 0)),
-                attempts_failed=_attempts_failed_before(event, int(fields["a"])),
-                partial=True,
-            )
-            before = State(fields["from"]) if "from" in fields else _implied_before(event)
-        after = _target(event, fields)
+        before = job.state if job is not None else _before_unseen(event, fields)
+        if before is None:
+            self.anomalies.append(f"{entry_id}: {event} does not say the state it left")
+            return
         try:
-            check(event, before, after, key)
-        except IllegalTransition as exc:
+            after = State(fields["to"]) if "to" in fields else target(event, before, key=key)
+            rule = rule_for(event, before, after, key)
+        except (IllegalTransition, ValueError) as exc:
             self.anomalies.append(f"{entry_id}: {exc}")
             return
-        if after in (State.ACKED, State.CANCELLED):
+        if Effect.NEW_RECORD in rule.effects:
+            job = ReplayedJob(key[0], key[1], before, int(fields["due"]))
+            self.ended.pop(key, None)
+        elif job is None:
+            # Its earlier events were trimmed: start it from what this event implies.
+            attempts = _attempts_failed_before(event, int(fields["a"]), rule.effects)
+            due_ms = int(fields.get("due", 0))
+            job = ReplayedJob(*key, before, due_ms, attempts_failed=attempts, partial=True)
+        try:
+            step(job, event, after, _facts(fields), key)
+        except ValueError as exc:  # an entry without a field its event needs
+            self.anomalies.append(f"{entry_id}: {exc}")
+            return
+        self.transitions[(event, before)] += 1
+        if after in END_STATES:
             self.jobs.pop(key, None)
             self.ended[key] = after
-            return
-        assert job is not None or event in (Event.ADDED, Event.REPLACED)
-        if event in (Event.ADDED, Event.REPLACED):
-            job = ReplayedJob(key[0], key[1], after, int(fields["due"]))
-            self.ended.pop(key, None)
-        assert job is not None
-        job.state = after
-        if "due" in fields:
-            job.due_ms = int(fields["due"])
-        if event is Event.LEASED:
-            job.token, job.deadline_ms = fields["tok"], int(fields["dl"])
-        elif event is Event.EXTENDED:
-            # The token too: it is the first thing a partial job's replay learns of its lease.
-            job.token, job.deadline_ms = fields["tok"], int(fields["dl"])
-        elif event in (Event.FAILED, Event.EXPIRED, Event.DEAD):
-            job.attempts_failed = int(fields["a"])
-            job.token = job.deadline_ms = None
-        elif event is Event.RELEASED:
-            job.token = job.deadline_ms = None
-        elif event is Event.REQUEUED:
-            job.attempts_failed = 0
-        elif event is Event.CANCEL_REQUESTED:
-            job.cancel_requested = True
-        self.jobs[key] = job
+        else:
+            self.jobs[key] = job
 
 
-def _target(event: Event, fields: dict[str, str]) -> State:
-    if "to" in fields:
-        return State(fields["to"])
-    return {
-        Event.READY: State.READY,
-        Event.LEASED: State.LEASED,
-        Event.ACKED: State.ACKED,
-        Event.DEAD: State.DEAD,
-        Event.EXTENDED: State.LEASED,
-        Event.RELEASED: State.READY,
-        Event.CANCEL_REQUESTED: State.LEASED,
-        Event.CANCELLED: State.CANCELLED,
-        Event.REQUEUED: State.READY,
-        Event.PURGED: State.CANCELLED,
-    }[event]
+def _before_unseen(event: Event, fields: dict[str, str]) -> State | None:
+    """The state before ``event`` of a job replay has not seen: the state the entry names (`from`
+    of a cancel, `was` of a replace), else the only one the lifecycle table allows."""
+    named = fields.get("from", fields.get("was"))
+    return State(named) if named is not None else implied_before(event)
 
 
-def _attempts_failed_before(event: Event, attempt: int) -> int:
+def _facts(fields: dict[str, str]) -> Facts:
+    """What an audit entry tells the effects of its event."""
+    return Facts(
+        due_ms=int(fields["due"]) if "due" in fields else None,
+        token=fields.get("tok"),
+        deadline_ms=int(fields["dl"]) if "dl" in fields else None,
+        # Where an event counts an attempt, `a` is the attempt that failed: the count after it.
+        attempts_failed=int(fields["a"]),
+    )
+
+
+def _attempts_failed_before(event: Event, attempt: int, effects: frozenset[Effect]) -> int:
     """Failed attempts before ``event``, from the attempt number every event carries."""
-    if event in (Event.FAILED, Event.EXPIRED, Event.DEAD):
+    if Effect.COUNTS_ATTEMPT in effects:
         return attempt - 1  # the attempt that just failed
     if event is Event.PURGED:
         return attempt  # a dead job's count of failed attempts
     return max(0, attempt - 1)  # the attempt that is next or running
-
-
-def _implied_before(event: Event) -> State:
-    return {
-        Event.READY: State.DELAYED,
-        Event.LEASED: State.READY,
-        Event.REQUEUED: State.DEAD,
-        Event.PURGED: State.DEAD,
-    }.get(event, State.LEASED)
 
 
 def fold(entries: Iterable[Entry], until_ms: int | None = None) -> Replay:

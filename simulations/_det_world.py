@@ -21,6 +21,7 @@ import pykka
 import redis
 
 from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry
+from actors.lifecycle import PENDING_STATES
 from actors.runtime.messages import Stats
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -286,7 +287,7 @@ class World:
     def pending_jobs(self) -> int:
         """Jobs still delayed, ready or leased (from the scripts' counters)."""
         stats = self.reader.stats()
-        return sum(s["delayed"] + s["ready"] + s["leased"] for s in stats.values())
+        return sum(s[state] for s in stats.values() for state in PENDING_STATES)
 
     def observe(self) -> tuple[tuple[Any, ...], bool]:
         """A fingerprint of everything that moves, and whether the system looks idle: no

@@ -41,6 +41,7 @@ import redis
 
 from actors import AuditRetention, DelayQueue, JobExistsError
 from actors.errors import NotReplicatedError, RedisServerNotFound
+from actors.lifecycle import PENDING_STATES
 from actors.values import Durability
 
 from . import chart, report
@@ -282,7 +283,7 @@ class Chaos:
             self.workers.tend()
             try:
                 pending = sum(
-                    c["delayed"] + c["ready"] + c["leased"] for c in self.store.stats().values()
+                    c[state] for c in self.store.stats().values() for state in PENDING_STATES
                 )
             except redis.RedisError:
                 pending = -1

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 
+from actors.lifecycle import State
 from actors.replay import compare, fold
 from actors.values import Snapshot
 
@@ -364,7 +365,7 @@ def check_outcomes(ev: Evidence, index: AuditIndex) -> tuple[list[Violation], di
     for key in sorted(ev.ledger.jobs):
         live = ev.live.jobs.get(key)
         if live is not None:
-            if live.state == "dead":
+            if live.state is State.DEAD:
                 outcomes["dead"] += 1
                 continue
             outcomes["stuck"] += 1

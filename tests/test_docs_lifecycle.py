@@ -1,4 +1,5 @@
-"""The state diagram in docs/lifecycle.md is the model's, so the docs cannot drift from it."""
+"""The state diagram and the effects table in docs/lifecycle.md are the model's, so the docs
+cannot drift from them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import actors.model
 from actors.clock import RedisSyncedClock
-from actors.model import state_diagram
+from actors.lifecycle import Effect
+from actors.model import effects_table, state_diagram
 
 LIFECYCLE_DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
 _MERMAID_RE = re.compile(r"^```mermaid\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -17,6 +19,22 @@ _MERMAID_RE = re.compile(r"^```mermaid\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 def mermaid_blocks(text: str) -> list[str]:
     return [block.removesuffix("\n") for block in _MERMAID_RE.findall(text)]
+
+
+_EFFECTS_HEADER = "| Event | From | To | Effects on the record |"
+
+
+def effects_tables(text: str) -> list[str]:
+    """Every Markdown table on the page that starts with the effects table's header."""
+    tables = []
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        if line == _EFFECTS_HEADER:
+            end = next(
+                (i for i in range(n, len(lines)) if not lines[i].startswith("|")), len(lines)
+            )
+            tables.append("\n".join(lines[n:end]))
+    return tables
 
 
 def test_the_lifecycle_page_has_exactly_one_state_diagram() -> None:
@@ -40,6 +58,36 @@ def test_a_changed_diagram_is_noticed() -> None:
     edited = LIFECYCLE_DOC.read_text().replace("leased --> dead: dead", "leased --> ready: dead")
     [block] = mermaid_blocks(edited)
     assert block != state_diagram()
+
+
+def test_the_effects_table_in_the_docs_is_the_models() -> None:
+    [table] = effects_tables(LIFECYCLE_DOC.read_text())
+    assert table == effects_table(), "regenerate it with: python -m actors.model --effects"
+
+
+def test_python_m_actors_model_effects_prints_the_table() -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "actors.model", "--effects"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert printed == effects_table() + "\n"
+
+
+def test_a_changed_effects_table_is_noticed() -> None:
+    edited = LIFECYCLE_DOC.read_text().replace(
+        "| `dead` | leased | dead | ends lease, counts attempt |",
+        "| `dead` | leased | dead | ends lease |",
+    )
+    [table] = effects_tables(edited)
+    assert table != effects_table()
+
+
+def test_every_effect_is_explained_under_the_table() -> None:
+    text = LIFECYCLE_DOC.read_text()
+    for effect in Effect:
+        assert f"**{effect.value}**" in text, effect
 
 
 def test_the_model_points_at_the_page_that_holds_the_diagram() -> None:

@@ -8,9 +8,23 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
+from actors.lifecycle import (
+    END_STATES,
+    RULES,
+    Effect,
+    Facts,
+    implied_before,
+    sources,
+    starts_record,
+    step,
+    target,
+)
 from actors.model import (
     LIVE_STATES,
     TRANSITIONS,
@@ -19,6 +33,7 @@ from actors.model import (
     Model,
     State,
     check,
+    effects_table,
     next_retry,
     state_diagram,
 )
@@ -88,6 +103,90 @@ def test_the_state_diagram_has_one_line_per_edge_of_the_table() -> None:
     assert "    dead --> ready: requeued" in lines
 
 
+def test_the_effects_table_has_one_line_per_event_and_rule() -> None:
+    lines = effects_table().splitlines()
+    assert len(lines) - 2 == len({(event, rule) for (event, _), rule in RULES.items()})
+    assert "| `released` | leased | ready | ends lease, ready list front |" in lines
+    assert "| `cancelled` | delayed, ready or dead | cancelled | - |" in lines
+
+
+def test_the_transitions_are_the_rules_without_their_effects() -> None:
+    assert {pair: rule.targets for pair, rule in RULES.items()} == TRANSITIONS
+
+
+def test_target_is_the_only_one_or_chosen_by_the_due_time() -> None:
+    assert target(Event.LEASED, State.READY) is State.LEASED
+    assert target(Event.FAILED, State.LEASED, due_ms=T0, now_ms=T0) is State.READY
+    assert target(Event.FAILED, State.LEASED, due_ms=T0 + 1, now_ms=T0) is State.DELAYED
+    with pytest.raises(ValueError, match="which one"):
+        target(Event.FAILED, State.LEASED)
+    with pytest.raises(IllegalTransition):
+        target(Event.FAILED, State.READY, due_ms=T0, now_ms=T0)
+
+
+def test_the_state_implied_before_an_event_is_its_only_source() -> None:
+    assert implied_before(Event.ADDED) is State.NEW
+    assert implied_before(Event.READY) is State.DELAYED
+    assert implied_before(Event.LEASED) is State.READY
+    assert implied_before(Event.PURGED) is State.DEAD
+    assert implied_before(Event.EXTENDED) is State.LEASED
+    assert sources(Event.CANCELLED) == LIVE_STATES
+    assert implied_before(Event.CANCELLED) is None  # its entry names the state it left
+    assert implied_before(Event.REPLACED) is None
+    assert implied_before(Event.REJECTED) is None
+    assert {e for e in Event if starts_record(e)} == {Event.ADDED, Event.REPLACED}
+
+
+@dataclass
+class _Record:
+    state: State
+    due_ms: int = T0
+    attempts_failed: int = 2
+    token: str | None = "tok-1"
+    deadline_ms: int | None = T0 + 100
+    cancel_requested: bool = True
+
+
+@pytest.mark.parametrize(("event", "before"), list(RULES))
+def test_step_applies_exactly_the_effects_of_the_row(event: Event, before: State) -> None:
+    rule = RULES[(event, before)]
+    after = min(rule.targets)
+    record = _Record(before)
+    facts = Facts(due_ms=T0 + 7, token="tok-2", deadline_ms=T0 + 900)
+    assert step(record, event, after, facts) is rule
+    lease_set = {Effect.STARTS_LEASE, Effect.MOVES_DEADLINE} & rule.effects
+    expected = _Record(
+        after,
+        due_ms=T0 + 7 if Effect.SETS_DUE in rule.effects else T0,
+        attempts_failed=(
+            0
+            if Effect.RESETS_ATTEMPTS in rule.effects
+            else 3
+            if Effect.COUNTS_ATTEMPT in rule.effects
+            else 2
+        ),
+        token="tok-2" if lease_set else None if Effect.ENDS_LEASE in rule.effects else "tok-1",
+        deadline_ms=(
+            T0 + 900 if lease_set else None if Effect.ENDS_LEASE in rule.effects else T0 + 100
+        ),
+        cancel_requested=Effect.CLEARS_CANCEL not in rule.effects,
+    )
+    assert record == expected
+
+
+def test_step_raises_before_changing_anything() -> None:
+    record = _Record(State.LEASED)
+    with pytest.raises(IllegalTransition):
+        step(record, Event.LEASED, State.LEASED, Facts(token="x", deadline_ms=1))
+    with pytest.raises(IllegalTransition):
+        step(record, Event.FAILED, State.DEAD, Facts(due_ms=T0))
+    with pytest.raises(ValueError, match="due_ms"):
+        step(record, Event.FAILED, State.READY)
+    with pytest.raises(ValueError, match="token"):
+        step(record, Event.EXTENDED, State.LEASED, Facts(deadline_ms=T0))
+    assert record == _Record(State.LEASED)
+
+
 def test_next_retry_follows_the_schedule_then_gives_up() -> None:
     assert next_retry(0, (100, 500), T0, None) == T0 + 100
     assert next_retry(1, (100, 500), T0, None) == T0 + 500
@@ -143,6 +242,106 @@ def test_cancel_of_a_missing_job_changes_nothing() -> None:
     m = in_state(State.NEW)
     assert m.cancel(KEY) == "missing"
     assert m == model()
+
+
+# -- every row of the table is a Model method's, and the Model asks the table ----------------
+
+
+def leased_on_its_last_attempt() -> Model:
+    m = in_state(State.LEASED)
+    m.jobs[KEY].attempts_failed = 2
+    return m
+
+
+def leased_and_asked_to_cancel() -> Model:
+    m = in_state(State.LEASED)
+    assert m.cancel(KEY) == "requested"
+    return m
+
+
+def _fail(m: Model) -> object:
+    return m.fail(KEY, "tok-1", T0)
+
+
+def _cancel(m: Model) -> object:
+    return m.cancel(KEY)
+
+
+def _replace(m: Model) -> object:
+    return m.add(KEY, T0, T0, replace=True)
+
+
+def _in(state: State) -> Callable[[], Model]:
+    return lambda: in_state(state)
+
+
+# (event, state before) -> (a model holding job KEY in that state, the Model call that takes
+# the job along that row).
+ROW_CALLS: dict[tuple[Event, State], tuple[Callable[[], Model], Callable[[Model], object]]] = {
+    (Event.ADDED, State.NEW): (_in(State.NEW), lambda m: m.add(KEY, T0, T0)),
+    **{(Event.REPLACED, s): (_in(s), _replace) for s in LIVE_STATES},
+    (Event.READY, State.DELAYED): (_in(State.DELAYED), lambda m: m.carry(T0 + 10, 10)),
+    (Event.LEASED, State.READY): (_in(State.READY), lambda m: m.lease("t", T0, 1, ["tok-2"])),
+    (Event.ACKED, State.LEASED): (_in(State.LEASED), lambda m: m.ack(KEY, "tok-1")),
+    (Event.FAILED, State.LEASED): (_in(State.LEASED), _fail),
+    (Event.EXPIRED, State.LEASED): (_in(State.LEASED), lambda m: m.expire(T0 + 1_000, 10)),
+    (Event.DEAD, State.LEASED): (leased_on_its_last_attempt, _fail),
+    (Event.EXTENDED, State.LEASED): (_in(State.LEASED), lambda m: m.extend(KEY, "tok-1", T0, 5)),
+    (Event.RELEASED, State.LEASED): (_in(State.LEASED), lambda m: m.release(KEY, "tok-1", T0)),
+    (Event.CANCEL_REQUESTED, State.LEASED): (_in(State.LEASED), _cancel),
+    **{(Event.CANCELLED, s): (_in(s), _cancel) for s in (State.DELAYED, State.READY, State.DEAD)},
+    (Event.CANCELLED, State.LEASED): (
+        leased_and_asked_to_cancel,
+        lambda m: m.release(KEY, "tok-1", T0),
+    ),
+    (Event.REQUEUED, State.DEAD): (_in(State.DEAD), lambda m: m.requeue(KEY, T0)),
+    (Event.PURGED, State.DEAD): (_in(State.DEAD), lambda m: m.purge(KEY)),
+}
+
+
+def test_every_row_of_the_table_is_taken_by_a_model_method() -> None:
+    assert set(ROW_CALLS) == set(RULES)
+
+
+@pytest.mark.parametrize("row", list(ROW_CALLS), ids=lambda row: f"{row[0]}-from-{row[1]}")
+def test_the_model_method_applies_that_row_once(row: tuple[Event, State]) -> None:
+    make, call = ROW_CALLS[row]
+    m = make()
+    counted = Counter(m.transitions)
+    call(m)
+    assert m.transitions - counted == Counter({row: 1})
+    after = m.state_of(KEY)
+    assert after in RULES[row].targets
+    assert (KEY in m.jobs) == (after not in END_STATES)
+
+
+@pytest.mark.parametrize("row", list(ROW_CALLS), ids=lambda row: f"{row[0]}-from-{row[1]}")
+def test_without_its_row_the_model_method_raises_and_changes_nothing(
+    row: tuple[Event, State],
+) -> None:
+    make, call = ROW_CALLS[row]
+    m = make()
+    m.table = {pair: rule for pair, rule in RULES.items() if pair != row}
+    before = copy.deepcopy(m)
+    with pytest.raises(IllegalTransition) as caught:
+        call(m)
+    assert (caught.value.event, caught.value.state) == row
+    assert m == before
+
+
+def test_a_batch_with_one_illegal_move_changes_nothing() -> None:
+    m = model()
+    m.add(("t", "a"), T0, T0)
+    m.add(("t", "b"), T0, T0)
+    m.lease("t", T0, 2, ["tok-a", "tok-b"])
+    m.cancel(("t", "b"))  # b's expiry is a cancel, a's a retry
+    m.table = {
+        pair: rule for pair, rule in RULES.items() if pair != (Event.CANCELLED, State.LEASED)
+    }
+    before = copy.deepcopy(m)
+    with pytest.raises(IllegalTransition):
+        m.expire(T0 + 1_000, 10)
+    assert m == before
 
 
 # -- what each legal step does --------------------------------------------------------------

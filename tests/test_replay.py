@@ -4,12 +4,15 @@ and drift against the live state. Retention trims the stream; replay then says w
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import redis
 
 from actors.clock import FakeClock
 from actors.errors import ErrorCode
-from actors.model import State
+from actors.lifecycle import END_STATES, LIVE_STATES, RULES, implied_before
+from actors.model import Event, Model, State
 from actors.replay import Drift, compare, fold, history
 from actors.storage.store import Store
 from actors.values import AuditRetention, TopicConfig
@@ -239,3 +242,177 @@ def test_retention_none_keeps_everything(redis_client: redis.Redis, fake_clock: 
     for n in range(300):
         store.add(store.new_job("t", f"j{n}"))
     assert redis_client.xlen(store.keys.audit) == 300
+
+
+# -- replay reads the lifecycle table --------------------------------------------------------
+
+T0 = 1_700_000_000_000
+
+
+def entry(event: Event, n: int = 1, /, **extra: str) -> tuple[str, dict[str, str]]:
+    """An audit entry of job t/j with every field an event may need."""
+    fields = {"e": event.value, "t": "t", "i": "j", "a": "1", "ms": str(T0 + n)}
+    fields.update(due=str(T0), tok="tok-1", dl=str(T0 + 500))
+    return (f"{T0 + n}-0", fields | extra)
+
+
+def first_seen(event: Event, before: State) -> tuple[str, dict[str, str]]:
+    """The first entry replay sees of a job whose history was trimmed: ``event`` from ``before``,
+    naming ``before`` where the table cannot tell it, and its target where it has several."""
+    extra: dict[str, str] = {}
+    if implied_before(event) is None:
+        extra["was" if event is Event.REPLACED else "from"] = before.value
+    targets = RULES[(event, before)].targets
+    if len(targets) > 1:
+        extra["to"] = min(targets).value
+    return entry(event, **extra)
+
+
+@pytest.mark.parametrize(("event", "before"), list(RULES), ids=lambda x: str(x))
+def test_replay_recognises_every_row_of_the_table(event: Event, before: State) -> None:
+    replay = fold([first_seen(event, before)])
+    assert replay.anomalies == []
+    assert replay.transitions == Counter({(event, before): 1})
+    after = min(RULES[(event, before)].targets)
+    if after in END_STATES:
+        assert replay.ended == {("t", "j"): after} and replay.jobs == {}
+    else:
+        job = replay.jobs[("t", "j")]
+        assert job.state is after
+        assert job.partial is (event is not Event.ADDED and event is not Event.REPLACED)
+
+
+# A first entry that leaves job t/j in each live state.
+INTO: dict[State, tuple[str, dict[str, str]]] = {
+    State.DELAYED: entry(Event.ADDED, to="delayed"),
+    State.READY: entry(Event.ADDED, to="ready"),
+    State.LEASED: entry(Event.LEASED),
+    State.DEAD: entry(Event.DEAD),
+}
+
+
+@pytest.mark.parametrize(
+    ("event", "state"),
+    [
+        (event, state)
+        for event in Event
+        for state in sorted(LIVE_STATES)
+        if event is not Event.REJECTED and (event, state) not in RULES
+    ],
+    ids=lambda x: str(x),
+)
+def test_an_event_the_table_does_not_allow_is_an_anomaly_and_changes_nothing(
+    event: Event, state: State
+) -> None:
+    replay = fold([INTO[state]])
+    assert replay.jobs[("t", "j")].state is state
+    before = replay.jobs[("t", "j")]
+    replay.apply(*entry(event, 2, to="ready", **{"from": state.value, "was": state.value}))
+    assert len(replay.anomalies) == 1
+    assert f"{event} is not legal from {state}" in replay.anomalies[0]
+    assert replay.jobs == {("t", "j"): before} and sum(replay.transitions.values()) == 1
+
+
+def test_an_entry_that_does_not_say_where_it_went_is_an_anomaly() -> None:
+    replay = fold([entry(Event.ADDED, to="ready"), entry(Event.LEASED, 2)])
+    replay.apply(*entry(Event.FAILED, 3))  # delayed or ready: only "to" can say
+    replay.apply(*entry(Event.CANCELLED, 4, i="other"))  # an unseen job: only "from" can say
+    assert len(replay.anomalies) == 2
+    assert "which one" in replay.anomalies[0]
+    assert "does not say the state it left" in replay.anomalies[1]
+    assert replay.jobs[("t", "j")].state is State.LEASED
+
+
+def test_replay_and_the_model_take_every_row_of_the_table_alike(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """The real scripts take jobs along every row of the table; the model, fed the same calls,
+    and the replay of the audit stream count the same rows, and agree with Redis."""
+    clock = fake_clock
+    store.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=2_000))
+    model = Model(topic_retry_ms={"t": (1_000,)}, topic_lease_ms={"t": 2_000})
+
+    def add(job_id: str, delay_ms: int = 0, replace: bool = False, topic: str = "t") -> None:
+        job = store.new_job(
+            topic, job_id, delay_ms=delay_ms, retry_ms=[0] if topic == "d" else None
+        )
+        was = store.add(job, replace=replace)
+        key = (topic, job_id)
+        assert was == model.add(
+            key, job.due_ms, clock.now_ms(), job.retry_ms, job.lease_ms, replace
+        )
+
+    def lease(limit: int, topic: str = "t") -> dict[str, str]:
+        leases = store.lease(topic, limit)
+        tokens = [lease.token for lease in leases]
+        assert [lease.key for lease in leases] == model.lease(topic, clock.now_ms(), limit, tokens)
+        return {lease.id: lease.token for lease in leases}
+
+    def fail(job_id: str, token: str, topic: str = "t") -> None:
+        state = model.fail((topic, job_id), token, clock.now_ms())
+        assert state is not None
+        assert store.fail(topic, job_id, token, "boom") == state.value
+
+    def carry() -> None:
+        assert store.carry()[0] == len(model.carry(clock.now_ms(), 100))
+
+    def dead(job_id: str) -> None:
+        """A job of topic d (schedule [0]: two attempts) whose attempts both failed."""
+        add(job_id, topic="d")
+        for _ in range(2):
+            fail(job_id, lease(1, "d")[job_id], "d")
+        assert model.state_of(("d", job_id)) is State.DEAD
+
+    def cancel(job_id: str, topic: str = "t") -> None:
+        assert store.cancel(topic, job_id) == model.cancel((topic, job_id))
+
+    add("a", 500)
+    add("b")
+    add("a", 500, replace=True)
+    add("b", replace=True)
+    clock.advance(500)
+    carry()
+    tokens = lease(2)
+    add("b", replace=True)  # revokes b's lease
+    assert store.extend_many([("t", "a", tokens["a"], 300)]) == [clock.now_ms() + 300]
+    assert model.extend(("t", "a"), tokens["a"], clock.now_ms(), 300)
+    fail("a", tokens["a"])
+    tokens = lease(1)
+    assert store.release_many([("t", "b", tokens["b"])]) == [0]
+    assert model.release(("t", "b"), tokens["b"], clock.now_ms())
+    tokens = lease(1)
+    cancel("b")
+    assert store.ack("t", "b", tokens["b"]) is ErrorCode.OK
+    assert model.ack(("t", "b"), tokens["b"])
+    add("c")
+    lease(1)
+    clock.advance(2_000)
+    assert store.expire()[0] == len(model.expire(clock.now_ms(), 100)) == 1
+    clock.advance(1_000)
+    carry()
+    tokens = lease(2)
+    fail("a", tokens["a"])  # its second attempt: dead
+    cancel("c")
+    fail("c", tokens["c"])  # asked to cancel: cancelled, not retried
+    assert store.requeue_dead([("t", "a")]) == 1 and model.requeue(("t", "a"), clock.now_ms())
+    add("e", 60_000)
+    cancel("e")  # delayed
+    add("e")
+    cancel("e")  # ready
+    dead("x")
+    cancel("x", "d")
+    dead("y")
+    add("y", 60_000, replace=True, topic="d")
+    dead("z")
+    assert store.purge_dead([("d", "z")]) == 1 and model.purge(("d", "z"))
+
+    replay = fold(store.iter_audit())
+    assert replay.anomalies == []
+    assert set(model.transitions) == set(RULES)
+    assert replay.transitions == model.transitions
+    snapshot = store.snapshot()
+    assert compare(replay, snapshot) == []
+    assert {key: info.state for key, info in snapshot.jobs.items()} == {
+        key: job.state for key, job in model.jobs.items()
+    }
+    assert replay.ended == model.done

@@ -495,7 +495,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         }
         assert live == expected
         for info in snapshot.jobs.values():
-            if info.state in ("ready", "leased"):
+            if info.state in (State.READY, State.LEASED):
                 assert info.due_ms <= self.now(), f"{info.topic}/{info.id} is {info.state} early"
         for topic in TOPICS:
             ready = [

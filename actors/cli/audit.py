@@ -21,6 +21,7 @@ from actors.cli.output import (
     table,
     usage_error,
 )
+from actors.lifecycle import LIVE_STATES_IN_ORDER
 from actors.replay import Drift, Replay, ReplayedJob, compare, fold
 from actors.storage.keys import shard_of
 from actors.storage.store import Store
@@ -30,7 +31,7 @@ Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000
 VERIFY_ATTEMPTS = 5
 BASE_FIELDS = ("e", "t", "i", "a", "ms")
-STATES = ("delayed", "ready", "leased", "dead")
+STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from actors.cli.context import Context, data_dir, no_redis, redis_url
 from actors.cli.output import CliError, Exit, format_duration_ms, print_json, table, usage_error
 from actors.errors import RedisServerNotFound
 from actors.job import Job
+from actors.lifecycle import PENDING_STATES, State
 from actors.queue import DelayQueue
 from actors.replay import compare, fold
 from actors.storage.keys import ShardKeys
@@ -165,8 +166,8 @@ class Ticker:
 
     def _status(self) -> None:
         stats = self.queue.stats().get(TOPIC, {})
-        waiting = ", ".join(f"{stats.get(s, 0)} {s}" for s in ("delayed", "ready", "leased"))
-        print(f"        ... {waiting}; {stats.get('dead', 0)} dead", file=self.out, flush=True)
+        waiting = ", ".join(f"{stats.get(s, 0)} {s}" for s in PENDING_STATES)
+        print(f"        ... {waiting}; {stats.get(State.DEAD, 0)} dead", file=self.out, flush=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -226,7 +227,7 @@ def _summary(queue: DelayQueue, shop: Shop) -> list[dict[str, Any]]:
 
 def _finished(queue: DelayQueue) -> bool:
     stats = queue.stats().get(TOPIC, {})
-    return not any(stats.get(s, 0) for s in ("delayed", "ready", "leased"))
+    return not any(stats.get(s, 0) for s in PENDING_STATES)
 
 
 def _open_queue(args: argparse.Namespace, namespace: str) -> DelayQueue:

@@ -26,11 +26,12 @@ from actors.cli.output import (
     usage_error,
 )
 from actors.errors import JobExistsError
+from actors.lifecycle import LIVE_STATES_IN_ORDER, State
 from actors.storage.keys import split_member
 from actors.storage.store import Store
 from actors.values import JobInfo
 
-STATES = ("delayed", "ready", "leased", "dead")
+STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -136,11 +137,11 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
                 "id": job.id,
                 "state": state,
                 "due_ms": job.due_ms,
-                "replaced": before if before != "new" else None,
+                "replaced": before if before != State.NEW else None,
             }
         )
     else:
-        verb = "added" if before == "new" else f"replaced ({before} before)"
+        verb = "added" if before == State.NEW else f"replaced ({before} before)"
         print(
             f"{verb} {job.topic}/{job.id}: {state}, due {format_time_ms(job.due_ms)} "
             f"({format_relative_ms(job.due_ms, now_ms)})"
@@ -285,7 +286,7 @@ def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error("dead list: --limit must be at least 1")
     if args.id is not None:
         info = store.get(args.topic, args.id)
-        if info is None or info.state != "dead":
+        if info is None or info.state != State.DEAD:
             raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
         infos = [info]
     else:

@@ -52,6 +52,7 @@ from actors.errors import (
     RedelayError,
     ValidationError,
 )
+from actors.lifecycle import LIVE_STATES_IN_ORDER, State
 from actors.storage.jobstore import JobStore
 from actors.storage.keys import ShardKeys, shard_of
 from actors.storage.namespace_config import ensure_retention, ensure_shards
@@ -303,7 +304,7 @@ class ShardedStore:
             ((shard, _),) = groups.items()
             return self.shards[shard].add_many(jobs, replace=replace)
         done, acked = self._each(work, durable=durable)
-        results: list[str] = ["new"] * len(jobs)
+        results: list[str] = [State.NEW.value] * len(jobs)
         existing: list[tuple[str, str]] = []
         added: list[tuple[str, str]] = []
         for shard, indexes in groups.items():
@@ -473,7 +474,7 @@ class ShardedStore:
         total: dict[str, dict[str, int]] = {}
         for store in self.shards:
             for topic, counts in store.stats().items():
-                into = total.setdefault(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
+                into = total.setdefault(topic, {s.value: 0 for s in LIVE_STATES_IN_ORDER})
                 for state, n in counts.items():
                     into[state] = into.get(state, 0) + n
         return total

@@ -319,3 +319,41 @@ def test_audit_retention_is_recorded_for_the_namespace_and_adopted_by_later_proc
     assert worker.retention == kept
     assert producer.retention == kept
     assert other.retention == AuditRetention()
+
+
+def test_the_store_reads_the_cli_needs_cover_every_shard(
+    sharded: ShardedStore, fake_clock: FakeClock
+) -> None:
+    ids = ids_per_shard(3)
+    sharded.configure_topic("t", TopicConfig(retry_ms=(1,), lease_ms=1_000))
+    sharded.configure_topic("u", TopicConfig(retry_ms=(1,), lease_ms=1_000))
+    sharded.add_many([sharded.new_job("t", i) for s in range(SHARDS) for i in ids[s]])
+    sharded.add(sharded.new_job("u", "x"))
+    for _ in range(2):  # the second failure is the last
+        leases = sharded.lease("t", 9) + sharded.lease("u", 1)
+        sharded.fail_many([(x.topic, x.id, x.token, "no", None) for x in leases])
+        fake_clock.advance(5)
+        sharded.carry()
+    every = sorted(("t", i) for s in range(SHARDS) for i in ids[s])
+    assert sorted(sharded.dead_keys(chunk=2)) == sorted([*every, ("u", "x")])
+    assert sorted(sharded.dead_keys("t", chunk=2)) == every
+    entries = list(sharded.iter_audit(chunk=2))
+    assert sharded.audit_length() == len(entries) > 10
+    for shard in range(SHARDS):
+        live, last_id = sharded.snapshot_with_audit_position(shard)
+        own = list(sharded.iter_shard_audit(shard, chunk=2))
+        assert own and last_id == own[-1][0]
+        assert {key for key in live.jobs} == {("t", i) for i in ids[shard]} | (
+            {("u", "x")} if shard_of("u", "x", SHARDS) == shard else set()
+        )
+        assert compare(fold(own), live) == []
+        upto = list(sharded.iter_shard_audit(shard, end=own[1][0], chunk=1))
+        assert upto == own[:2]
+
+
+def test_a_one_shard_store_has_the_same_reads(store: Store) -> None:
+    store.add_many([store.new_job("t", f"j{n}") for n in range(3)])
+    assert store.shard_count == 1 and list(store.dead_keys()) == []
+    live, last_id = store.snapshot_with_audit_position(0)
+    assert len(live.jobs) == 3 and store.audit_length() == 3
+    assert last_id == list(store.iter_shard_audit(0))[-1][0]

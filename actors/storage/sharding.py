@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import heapq
 import itertools
 import logging
 import threading
@@ -52,6 +51,7 @@ from actors.errors import (
     RedelayError,
     ValidationError,
 )
+from actors.storage import reads
 from actors.storage.jobstore import JobStore
 from actors.storage.keys import ShardKeys, shard_of
 from actors.storage.namespace_config import ensure_retention, ensure_shards
@@ -107,12 +107,6 @@ class _ReplyRunner(ScriptRunner):
 
     def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self.reply
-
-
-def _audit_order(entry: Entry) -> tuple[int, int, int]:
-    entry_id, fields = entry
-    ms, _, seq = entry_id.partition("-")
-    return int(fields.get("ms", 0)), int(ms), int(seq or 0)
 
 
 class ShardedStore:
@@ -500,13 +494,27 @@ class ShardedStore:
             merged.jobs.update(store.snapshot().jobs)
         return merged
 
-    def iter_audit(self, chunk: int = 5_000) -> Iterable[Entry]:
+    def iter_audit(self, chunk: int = 5_000) -> Iterator[Entry]:
         """Every shard's audit entries, merged in time order (see the module docstring)."""
-        streams = [store.iter_audit(chunk) for store in self.shards]
-        return heapq.merge(*streams, key=_audit_order)
+        return reads.merge_audit(
+            reads.iter_shard_audit(self.client, s.keys, "+", chunk) for s in self.shards
+        )
+
+    def iter_shard_audit(self, shard: int, end: str = "+", chunk: int = 5_000) -> Iterator[Entry]:
+        """One shard's audit entries up to ``end`` (an entry id, inclusive), oldest first."""
+        return reads.iter_shard_audit(self.client, self.shards[shard].keys, end, chunk)
 
     def audit_length(self) -> int:
-        return sum(int(self.client.xlen(store.keys.audit)) for store in self.shards)
+        return reads.audit_length(self.client, [s.keys for s in self.shards])
+
+    def dead_keys(self, topic: str | None = None, chunk: int = 1_000) -> Iterator[tuple[str, str]]:
+        """Every dead (topic, id) of every shard, optionally of one topic, read in chunks."""
+        return reads.dead_keys(self.client, [s.keys for s in self.shards], topic, chunk)
+
+    @_cluster_errors
+    def snapshot_with_audit_position(self, shard: int) -> tuple[Snapshot, str | None]:
+        """One shard's snapshot and the id of the last audit entry it reflects (None: empty)."""
+        return reads.read_snapshot(self.client, self.shards[shard].keys)
 
 
 def shard_stores(store: JobStore) -> list[Store]:

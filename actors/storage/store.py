@@ -6,8 +6,7 @@ Every method is one round trip. Methods that take many jobs take them in one scr
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import redis
@@ -18,6 +17,8 @@ from actors.clock import Clock
 from actors.errors import ConfigError, ErrorCode, JobExistsError, ValidationError
 from actors.lifecycle import State
 from actors.storage import codec as _record
+from actors.storage import reads
+from actors.storage.calls import job_info
 from actors.storage.keys import ShardKeys, member, split_member
 from actors.storage.scripts import ScriptRunner
 from actors.values import AuditRetention, JobInfo, Lease, NewJob, Snapshot, TopicConfig
@@ -344,7 +345,7 @@ class Store:
         if not result:
             return None
         state, blob, token, deadline, dead_since = result
-        return self._info(
+        return job_info(
             topic,
             job_id,
             State(_s(state)),
@@ -352,34 +353,6 @@ class Store:
             _s(token) or None,
             None if int(deadline) < 0 else int(deadline),
             None if int(dead_since) < 0 else int(dead_since),
-        )
-
-    @staticmethod
-    def _info(
-        topic: str,
-        job_id: str,
-        state: State,
-        record: dict[str, Any],
-        token: str | None,
-        deadline: int | None,
-        dead_since: int | None,
-    ) -> JobInfo:
-        retry = record.get("r")
-        return JobInfo(
-            topic=topic,
-            id=job_id,
-            state=state,
-            due_ms=int(record["d"]),
-            attempt=int(record.get("a", 0)) + (0 if state == "dead" else 1),
-            attempts_failed=int(record.get("a", 0)),
-            body=record["b"],
-            created_ms=int(record.get("n", 0)),
-            token=token,
-            lease_deadline_ms=deadline,
-            dead_since_ms=dead_since,
-            cancel_requested=bool(record.get("x")),
-            callback=record.get("c"),
-            retry_ms=None if retry is None else tuple(int(x) for x in retry),
         )
 
     def topics(self) -> list[str]:
@@ -425,90 +398,39 @@ class Store:
         return int(first[0][1]) if first else None
 
     def snapshot(self) -> Snapshot:
-        """Reads every job and where it is; O(jobs). Used by verify and the tests.
+        """Reads every job and where it is, in one MULTI; O(jobs). Used by verify and the tests."""
+        return reads.read_snapshot(self.client, self.keys)[0]
 
-        Everything but the list of topics is read in one MULTI, so the picture is consistent
-        unless a new topic appears in between (verify retries when the stream moved meanwhile).
-        A delayed job's due time is its score in the delayed set: that is what carry acts on.
-        """
-        k = self.keys
-        topics = [_s(t) for t in self.client.hkeys(k.topics)]
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(k.jobs)
-        pipe.zrange(k.delayed, 0, -1, withscores=True)
-        pipe.zrange(k.leased, 0, -1, withscores=True)
-        pipe.hgetall(k.tokens)
-        pipe.zrange(k.dead, 0, -1, withscores=True)
-        for t in topics:
-            pipe.lrange(k.ready(t), 0, -1)
-        jobs_raw, delayed, leased, tokens_raw, dead, *ready_lists = pipe.execute()
-        places: dict[str, list[str]] = {}
-        where: dict[str, State] = {}
+    def snapshot_with_audit_position(self, shard: int = 0) -> tuple[Snapshot, str | None]:
+        """One shard's snapshot and the id of the last audit entry it reflects (None: empty)."""
+        if shard != 0:
+            raise ValueError(f"a one-shard store has no shard {shard}")
+        return reads.read_snapshot(self.client, self.keys)
 
-        def put(raw: Any, state: State, place: str) -> None:
-            name = _s(raw)
-            places.setdefault(name, []).append(place)
-            where[name] = state
+    @property
+    def shard_count(self) -> int:
+        return 1
 
-        for raw, _ in delayed:
-            put(raw, State.DELAYED, "delayed")
-        for t, lst in zip(topics, ready_lists, strict=True):
-            for raw in lst:
-                put(raw, State.READY, f"ready:{t}")
-        for raw, _ in leased:
-            put(raw, State.LEASED, "leased")
-        for raw, _ in dead:
-            put(raw, State.DEAD, "dead")
-        due = {_s(m): int(s) for m, s in delayed}
-        deadlines = {_s(m): int(s) for m, s in leased}
-        dead_since = {_s(m): int(s) for m, s in dead}
-        tokens = {_s(m): _s(v) for m, v in tokens_raw.items()}
-        records = {_s(m): blob for m, blob in jobs_raw.items()}
-        snapshot = Snapshot()
+    def dead_keys(self, topic: str | None = None, chunk: int = 1_000) -> Iterator[tuple[str, str]]:
+        """Every dead (topic, id), optionally of one topic, read in chunks."""
+        return reads.dead_keys(self.client, [self.keys], topic, chunk)
 
-        def problem(name: str, text: str) -> None:
-            snapshot.problems.setdefault(split_member(name), []).append(text)
-
-        for name, blob in records.items():
-            t, i = split_member(name)
-            state = where.get(name, State.READY)
-            info = self._info(
-                t,
-                i,
-                state,
-                _record.unpack(blob),
-                tokens.get(name),
-                deadlines.get(name),
-                dead_since.get(name),
-            )
-            if state == "delayed" and info.due_ms != due[name]:
-                info = dataclasses.replace(info, due_ms=due[name])
-            snapshot.jobs[(t, i)] = info
-            found = places.get(name, [])
-            if len(found) != 1:
-                problem(name, f"in {' and '.join(found) or 'no structure'}")
-            if (name in tokens) != (name in deadlines):
-                problem(name, "has a lease token but no deadline, or the reverse")
-        for name, found in places.items():
-            if name not in records:
-                problem(name, f"in {' and '.join(found)} without a record")
-        for name in tokens:
-            if name not in records:
-                problem(name, "has a lease token without a record")
-        return snapshot
+    def audit_length(self) -> int:
+        return reads.audit_length(self.client, [self.keys])
 
     def audit_entries(
         self, start: str = "-", end: str = "+", count: int | None = None
     ) -> list[tuple[str, dict[str, str]]]:
-        raw: Any = self.client.xrange(self.keys.audit, start, end, count=count)
-        return [(_s(eid), {_s(f): _s(v) for f, v in fields.items()}) for eid, fields in raw]
+        return reads.audit_entries(self.client, self.keys, start, end, count)
 
-    def iter_audit(self, chunk: int = 5_000) -> Iterable[tuple[str, dict[str, str]]]:
+    def iter_audit(self, chunk: int = 5_000) -> Iterator[tuple[str, dict[str, str]]]:
         """Every audit entry, oldest first, read in chunks."""
-        start = "-"
-        while True:
-            entries = self.audit_entries(start, "+", chunk)
-            yield from entries
-            if len(entries) < chunk:
-                return
-            start = "(" + entries[-1][0]
+        return reads.iter_shard_audit(self.client, self.keys, "+", chunk)
+
+    def iter_shard_audit(
+        self, shard: int = 0, end: str = "+", chunk: int = 5_000
+    ) -> Iterator[tuple[str, dict[str, str]]]:
+        """One shard's audit entries up to ``end`` (an entry id, inclusive), oldest first."""
+        if shard != 0:
+            raise ValueError(f"a one-shard store has no shard {shard}")
+        return reads.iter_shard_audit(self.client, self.keys, end, chunk)

@@ -14,6 +14,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError, TryAgainError
 
 from actors.clock import FakeClock, SystemClock
+from actors.storage.keys import ShardKeys, member, shard_of
 from actors.storage.sharding import ShardedStore
 from actors.storage.store import Store
 from actors.storage.topology import connect, describe
@@ -46,6 +47,24 @@ def test_the_shards_spread_over_the_masters(clean_cluster: LocalCluster) -> None
     store = sharded(client, FakeClock())
     owners = {clean_cluster.master_of_slot(key_slot(s.keys.jobs.encode())) for s in store.shards}
     assert len(owners) >= 2  # six hash tags over three masters' slot ranges
+    client.close()
+
+
+def test_the_snapshot_names_a_job_in_two_structures_on_any_shard(
+    clean_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    """verify and the chaos checker read ``problems``: a sharded snapshot must keep them."""
+    client = clean_cluster.client()
+    store = sharded(client, FakeClock())
+    ids = [f"j{n}" for n in range(SHARDS * 4)]
+    store.add_many([store.new_job(TOPIC, i, delay_ms=1_000) for i in ids])
+    broken = {i for i in ids if shard_of(TOPIC, i, SHARDS) in (1, SHARDS - 1)}
+    for job_id in broken:  # behind the scripts' back: also in its shard's dead set
+        keys = ShardKeys("flow", shard_of(TOPIC, job_id, SHARDS))
+        client.zadd(keys.dead, {member(TOPIC, job_id): 1})
+    problems = store.snapshot().problems
+    assert set(problems) == {(TOPIC, i) for i in broken}
+    assert all(texts == ["in delayed and dead"] for texts in problems.values())
     client.close()
 
 

@@ -489,10 +489,7 @@ class ShardedStore:
 
     @_cluster_errors
     def snapshot(self) -> Snapshot:
-        merged = Snapshot()
-        for store in self.shards:
-            merged.jobs.update(store.snapshot().jobs)
-        return merged
+        return reads.merge_snapshots(store.snapshot() for store in self.shards)
 
     def iter_audit(self, chunk: int = 5_000) -> Iterator[Entry]:
         """Every shard's audit entries, merged in time order (see the module docstring)."""

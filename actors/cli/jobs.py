@@ -171,7 +171,7 @@ def describe(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
         ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
         ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
         ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
-        ("body", json.dumps(decode_body(info.body), ensure_ascii=False)),
+        ("body", json.dumps(decode_body(info.body_bytes), ensure_ascii=False)),
     ]
     if info.callback:
         rows.append(("callback", info.callback))

@@ -38,7 +38,7 @@ def job_info(
         due_ms=int(record["d"]),
         attempt=failed + (0 if state == State.DEAD else 1),
         attempts_failed=failed,
-        body=record["b"],
+        body_bytes=record["b"],
         created_ms=int(record.get("n", 0)),
         token=token,
         lease_deadline_ms=deadline_ms,

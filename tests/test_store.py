@@ -14,7 +14,8 @@ from _audit import AuditCursor, structure_problems
 
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
-from actors.storage.store import Store, _s
+from actors.storage.calls import decoded as _s
+from actors.storage.store import Store
 from actors.values import Lease, TopicConfig
 
 SCHEDULE = TopicConfig(retry_ms=(1_000, 5_000), lease_ms=2_000)

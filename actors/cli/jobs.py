@@ -26,8 +26,6 @@ from actors.cli.output import (
     usage_error,
 )
 from actors.errors import JobExistsError
-from actors.storage.keys import split_member
-from actors.storage.store import Store
 from actors.values import JobInfo
 
 STATES = ("delayed", "ready", "leased", "dead")
@@ -212,7 +210,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     counts = store.stats()
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
-    audit_entries = sum(int(shard.client.xlen(shard.keys.audit)) for shard in ctx.shards())
+    audit_entries = store.audit_length()
     if ctx.json:
         print_json(
             {
@@ -236,23 +234,6 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
 # -- dead -----------------------------------------------------------------------------------
 
 
-def dead_jobs(shards: list[Store], topic: str | None) -> list[tuple[str, str]]:
-    """Every dead (topic, id), optionally of one topic; read in chunks, shard by shard."""
-    found: list[tuple[str, str]] = []
-    for shard in shards:
-        start = 0
-        while True:
-            chunk = shard.client.zrange(shard.keys.dead, start, start + 999)
-            if not chunk:
-                break
-            start += len(chunk)
-            for raw in chunk:
-                key = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
-                if topic is None or key[0] == topic:
-                    found.append(key)
-    return found
-
-
 def run_dead(ctx: Context, args: argparse.Namespace) -> int:
     if args.id is not None and args.topic is None:
         raise usage_error("dead: --id needs --topic")
@@ -264,7 +245,7 @@ def run_dead(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error(f"dead {args.action}: give either --all or --topic, not both")
     store = ctx.store()
     one = args.id is not None
-    targets = [(args.topic, args.id)] if one else dead_jobs(ctx.shards(), args.topic)
+    targets = [(args.topic, args.id)] if one else list(store.dead_keys(args.topic))
     change = store.requeue_dead if args.action == "requeue" else store.purge_dead
     done = 0
     for start in range(0, len(targets), c.BATCH_MAX_JOBS):

@@ -52,10 +52,9 @@ def audit_entries(
 
 
 def iter_shard_audit(
-    client: Any, keys: ShardKeys, end: str = "+", chunk: int = 5_000
+    client: Any, keys: ShardKeys, end: str = "+", chunk: int = 5_000, *, start: str = "-"
 ) -> Iterator[Entry]:
-    """One shard's audit entries up to ``end`` (inclusive), oldest first, in chunks."""
-    start = "-"
+    """One shard's audit entries from ``start`` to ``end`` (inclusive), oldest first, in chunks."""
     while True:
         entries = audit_entries(client, keys, start, end, chunk)
         yield from entries

@@ -596,7 +596,6 @@ class Store:
         """One shard's snapshot and the id of the last audit entry it reflects (None: empty)."""
         return reads.read_snapshot(self.client, self.shard_keys[shard])
 
-    @_cluster_errors
     def dead_keys(self, topic: str | None = None, chunk: int = 1_000) -> Iterator[tuple[str, str]]:
         """Every dead (topic, id) of every shard, optionally of one topic, read in chunks."""
         return reads.dead_keys(self.client, self.shard_keys, topic, chunk)

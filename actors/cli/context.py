@@ -13,9 +13,7 @@ from actors.cli.output import CliError, Exit
 from actors.clock import RedisSyncedClock
 from actors.errors import ConfigError, RedisServerNotFound
 from actors.server.embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
-from actors.storage.jobstore import JobStore
 from actors.storage.namespace_config import stored_retention, stored_shards
-from actors.storage.sharding import ShardedStore
 from actors.storage.store import Store
 from actors.storage.topology import RedisClient, connect
 
@@ -51,7 +49,7 @@ class Context:
     progress: bool = False
     embedded: EmbeddedServer | None = None
     _client: RedisClient | None = None
-    _store: JobStore | None = None
+    _store: Store | None = None
     _clock: RedisSyncedClock | None = None
 
     def client(self) -> RedisClient:
@@ -79,7 +77,7 @@ class Context:
         self._client = client
         return client
 
-    def store(self) -> JobStore:
+    def store(self) -> Store:
         """The namespace's store: one shard, or every shard when it was created sharded."""
         if self._store is None:
             client = self.client()
@@ -90,21 +88,8 @@ class Context:
             shards = stored_shards(client, name) or 1
             # Trim as the namespace's workers do, or a CLI write would delete their history.
             retention = stored_retention(client, name)
-            if shards == 1 and isinstance(client, redis.Redis):
-                self._store = Store(client, name, self._clock, retention=retention)
-            else:
-                self._store = ShardedStore(
-                    client, name, self._clock, shards=shards, retention=retention
-                )
+            self._store = Store(client, name, self._clock, shards=shards, retention=retention)
         return self._store
-
-    def shards(self) -> list[Store]:
-        """Each shard's store: the audit stream, dead set and snapshots are per shard."""
-        store = self.store()
-        if isinstance(store, ShardedStore):
-            return list(store.shards)
-        assert isinstance(store, Store)
-        return [store]
 
     def close(self) -> None:
         if self._clock is not None:

@@ -27,8 +27,6 @@ from actors.cli.output import (
 )
 from actors.errors import JobExistsError
 from actors.lifecycle import LIVE_STATES_IN_ORDER, State
-from actors.storage.keys import split_member
-from actors.storage.store import Store
 from actors.values import JobInfo
 
 STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)
@@ -172,7 +170,7 @@ def describe(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
         ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
         ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
         ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
-        ("body", json.dumps(decode_body(info.body), ensure_ascii=False)),
+        ("body", json.dumps(decode_body(info.body_bytes), ensure_ascii=False)),
     ]
     if info.callback:
         rows.append(("callback", info.callback))
@@ -213,7 +211,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     counts = store.stats()
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
-    audit_entries = sum(int(shard.client.xlen(shard.keys.audit)) for shard in ctx.shards())
+    audit_entries = store.audit_length()
     if ctx.json:
         print_json(
             {
@@ -237,23 +235,6 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
 # -- dead -----------------------------------------------------------------------------------
 
 
-def dead_jobs(shards: list[Store], topic: str | None) -> list[tuple[str, str]]:
-    """Every dead (topic, id), optionally of one topic; read in chunks, shard by shard."""
-    found: list[tuple[str, str]] = []
-    for shard in shards:
-        start = 0
-        while True:
-            chunk = shard.client.zrange(shard.keys.dead, start, start + 999)
-            if not chunk:
-                break
-            start += len(chunk)
-            for raw in chunk:
-                key = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
-                if topic is None or key[0] == topic:
-                    found.append(key)
-    return found
-
-
 def run_dead(ctx: Context, args: argparse.Namespace) -> int:
     if args.id is not None and args.topic is None:
         raise usage_error("dead: --id needs --topic")
@@ -265,7 +246,7 @@ def run_dead(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error(f"dead {args.action}: give either --all or --topic, not both")
     store = ctx.store()
     one = args.id is not None
-    targets = [(args.topic, args.id)] if one else dead_jobs(ctx.shards(), args.topic)
+    targets = [(args.topic, args.id)] if one else list(store.dead_keys(args.topic))
     change = store.requeue_dead if args.action == "requeue" else store.purge_dead
     done = 0
     for start in range(0, len(targets), c.BATCH_MAX_JOBS):

@@ -188,7 +188,7 @@ def job_json(info: JobInfo) -> dict[str, Any]:
         "attempt": info.attempt,
         "attempts_failed": info.attempts_failed,
         "created_ms": info.created_ms,
-        "body": decode_body(info.body),
+        "body": decode_body(info.body_bytes),
         "callback": info.callback,
         "retry_ms": None if info.retry_ms is None else list(info.retry_ms),
         "lease_token": info.token,

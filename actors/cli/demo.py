@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import redis
 
 from actors import _constants as c
-from actors.cli.context import Context, data_dir, no_redis, redis_url
+from actors.cli.context import Context, data_dir, no_redis, not_redis, redis_url
 from actors.cli.output import CliError, Exit, format_duration_ms, print_json, table, usage_error
 from actors.errors import RedisServerNotFound
 from actors.job import Job
@@ -241,6 +241,8 @@ def _open_queue(args: argparse.Namespace, namespace: str) -> DelayQueue:
         raise no_redis(str(exc)) from None
     except redis.ConnectionError as exc:
         raise no_redis(f"cannot connect to Redis: {exc}") from None
+    except redis.exceptions.InvalidResponse as exc:
+        raise not_redis(redis_url(args) or "the embedded server", exc) from None
 
 
 def run_demo(ctx: Context, args: argparse.Namespace) -> int:
@@ -319,13 +321,9 @@ def _report(
     rows, agree = result
     took_s = time.time() - start_s
     outcomes = Counter(row["outcome"] for row in rows)
-    where = ""
-    if getattr(args, "redis", None):
-        where += f" --redis {args.redis}"
-    if getattr(args, "data_dir", None):
-        where += f" --data-dir {args.data_dir}"
-    where += f" --namespace {namespace}"
+    args.namespace = namespace  # the suggested commands name it, whether it was given or not
     dead = next((row["order"] for row in rows if row["outcome"] == "dead"), rows[0]["order"])
+    history = ctx.suggest("history", TOPIC, dead)
     if ctx.json:
         print_json(
             {
@@ -333,7 +331,7 @@ def _report(
                 "outcomes": {k: outcomes[k] for k in ("paid", "closed", "dead", "pending")},
                 "orders": rows,
                 "replay_agrees": agree,
-                "history_command": f"redelay history {TOPIC} {dead}{where}",
+                "history_command": history,
             }
         )
     else:
@@ -359,9 +357,9 @@ def _report(
             f"\n{outcomes['paid']} paid, {outcomes['closed']} closed by the timeout handler, "
             f"{outcomes['dead']} dead, {outcomes['pending']} pending; {took_s:.1f}s\n"
             f"audit replay agrees with the live state: {'yes' if agree else 'NO'}\n\n"
-            f"one order's story:  redelay history {TOPIC} {dead}{where}\n"
-            f"the dead job:       redelay dead list{where}\n"
-            f"try again:          redelay dead requeue --topic {TOPIC} --id {dead}{where}",
+            f"one order's story:  {history}\n"
+            f"the dead job:       {ctx.suggest('dead', 'list')}\n"
+            f"try again:          {ctx.suggest('dead', 'requeue', '--topic', TOPIC, '--id', dead)}",
             file=out,
         )
     ok = agree and outcomes["pending"] == 0

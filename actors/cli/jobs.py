@@ -150,6 +150,10 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
 
 def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
     result = ctx.store().cancel(args.topic, args.id)
+    if result == "missing":  # the error is the one document --json prints
+        raise CliError(
+            Exit.NOT_FOUND, "not_found", f"no job {args.topic}/{args.id}", {"result": result}
+        )
     if ctx.json:
         print_json({"topic": args.topic, "id": args.id, "result": result})
     elif result == "removed":
@@ -159,8 +163,6 @@ def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
             f"cancel requested for {args.topic}/{args.id}: it is running now; it will not be "
             "retried, whatever its handler does"
         )
-    if result == "missing":
-        raise CliError(Exit.NOT_FOUND, "not_found", f"no job {args.topic}/{args.id}")
     return Exit.OK
 
 
@@ -200,7 +202,7 @@ def run_get(ctx: Context, args: argparse.Namespace) -> int:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
-    print(f"\nhistory: redelay history {info.topic} {info.id}")
+    print(f"\nhistory: {ctx.suggest('history', info.topic, info.id)}")
     return Exit.OK
 
 
@@ -213,10 +215,19 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
     audit_entries = sum(int(shard.client.xlen(shard.keys.audit)) for shard in ctx.shards())
+    used = ctx.namespace_used(counts, audit_entries)
+    # A typo in --namespace would otherwise look like an idle queue: say so. The exit stays 0
+    # (docs/cli.md): a new deployment's monitoring polls stats before the first job too.
+    if not used:
+        ctx.note(
+            f"redelay: namespace {store.namespace!r} has never been used here (no configuration, "
+            "topics or history): check --namespace / REDELAY_NAMESPACE and --redis"
+        )
     if ctx.json:
         print_json(
             {
                 "namespace": store.namespace,
+                "namespace_used": used,
                 "topics": counts,
                 "totals": totals,
                 "next_due_ms": next_due_ms,
@@ -270,12 +281,13 @@ def run_dead(ctx: Context, args: argparse.Namespace) -> int:
     for start in range(0, len(targets), c.BATCH_MAX_JOBS):
         done += change(targets[start : start + c.BATCH_MAX_JOBS])
     past = "requeued" if args.action == "requeue" else "purged"
+    if one and done == 0:  # the error is the one document --json prints
+        message = f"no dead job {args.topic}/{args.id}"
+        raise CliError(Exit.NOT_FOUND, "not_found", message, {past: 0})
     if ctx.json:
         print_json({past: done})
     else:
         print(f"{past} {done} dead job{'s' if done != 1 else ''}")
-    if args.id is not None and done == 0:
-        raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
     return Exit.OK
 
 
@@ -308,5 +320,5 @@ def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
         for info in infos
     ]
     print(table(["topic", "id", "attempts", "died", "ago"], rows))
-    print("\nwhy a job died: redelay history TOPIC ID")
+    print(f"\nwhy it died: {ctx.suggest('history', infos[0].topic, infos[0].id)}")
     return Exit.OK

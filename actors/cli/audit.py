@@ -9,19 +9,22 @@ from typing import Any
 
 from actors.cli.context import Context
 from actors.cli.output import (
+    STATES,
     CliError,
     Exit,
     Progress,
-    format_duration_ms,
-    format_relative_ms,
+    drift_json,
+    event_details,
+    event_json,
     format_time_ms,
     iso_ms,
     parse_time_ms,
     print_json,
+    replayed_json,
     table,
     usage_error,
 )
-from actors.replay import Drift, Replay, ReplayedJob, compare, fold
+from actors.replay import Drift, Replay, compare, fold
 from actors.storage.keys import shard_of
 from actors.storage.store import Store
 from actors.values import Snapshot
@@ -29,8 +32,6 @@ from actors.values import Snapshot
 Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000
 VERIFY_ATTEMPTS = 5
-BASE_FIELDS = ("e", "t", "i", "a", "ms")
-STATES = ("delayed", "ready", "leased", "dead")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -42,7 +43,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("topic")
     p.add_argument("id")
-    p.add_argument("--since", help="read the stream from this time on (faster on long streams)")
+    p.add_argument(
+        "--since",
+        help="read the stream from this time on (faster on long streams): epoch seconds, "
+        "ISO 8601 with a zone, or -1h",
+    )
     p.set_defaults(run=run_history)
 
     p = sub.add_parser(
@@ -51,7 +56,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="every job's state at a moment, rebuilt from the audit stream",
         description="Folds the audit stream up to --at and shows every job that was live then.",
     )
-    p.add_argument("--at", default="now", help="ISO 8601, epoch seconds, -5m, or now (default)")
+    p.add_argument(
+        "--at",
+        default="now",
+        help="epoch seconds, ISO 8601 with a zone, -5m, or now (default)",
+    )
     p.add_argument("--topic", help="only jobs of this topic")
     p.add_argument("--state", choices=STATES, help="only jobs in this state")
     p.add_argument("--limit", type=int, default=50, help="most jobs listed (default 50; JSON: all)")
@@ -99,41 +108,6 @@ def _merge(replays: list[Replay]) -> Replay:
 # -- history --------------------------------------------------------------------------------
 
 
-def event_details(fields: dict[str, str]) -> str:
-    """The part of an event people read: where it went, why, until when."""
-    ms = int(fields["ms"])
-    parts: list[str] = []
-    if "to" in fields:
-        parts.append(f"-> {fields['to']}")
-    if "due" in fields and fields["e"] != "ready":
-        parts.append(f"due {format_relative_ms(int(fields['due']), ms)}")
-    if "dl" in fields:
-        parts.append(f"lease for {format_duration_ms(int(fields['dl']) - ms)}")
-    if fields.get("by"):
-        parts.append(f"by {fields['by']}")
-    for name in ("from", "via", "op", "code"):
-        if name in fields:
-            parts.append(f"{name} {fields[name]}")
-    if "detail" in fields:
-        parts.append(fields["detail"])
-    if "why" in fields:
-        parts.append(f"why: {fields['why']}")
-    if fields.get("cancelled"):
-        parts.append("(cancel had been requested)")
-    return ", ".join(parts)
-
-
-def event_json(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
-    return {
-        "id": entry_id,
-        "event": fields["e"],
-        "attempt": int(fields["a"]),
-        "at_ms": int(fields["ms"]),
-        "at": iso_ms(int(fields["ms"])),
-        "fields": {k: v for k, v in fields.items() if k not in BASE_FIELDS},
-    }
-
-
 def run_history(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     shards = ctx.shards()
@@ -172,20 +146,6 @@ def run_history(ctx: Context, args: argparse.Namespace) -> int:
 
 
 # -- replay ---------------------------------------------------------------------------------
-
-
-def replayed_json(job: ReplayedJob) -> dict[str, Any]:
-    return {
-        "topic": job.topic,
-        "id": job.id,
-        "state": job.state.value,
-        "due_ms": job.due_ms,
-        "attempts_failed": job.attempts_failed,
-        "lease_token": job.token,
-        "lease_deadline_ms": job.deadline_ms,
-        "cancel_requested": job.cancel_requested,
-        "partial": job.partial,
-    }
 
 
 def run_replay(ctx: Context, args: argparse.Namespace) -> int:
@@ -306,16 +266,7 @@ def run_verify(ctx: Context, args: argparse.Namespace) -> int:
                 "last_entries": last_entries,
                 "live_jobs": len(live.jobs),
                 "replayed_jobs": len(replay.jobs),
-                "drift": [
-                    {
-                        "topic": d.topic,
-                        "id": d.id,
-                        "field": d.field,
-                        "replayed": d.replayed,
-                        "live": d.live,
-                    }
-                    for d in drift
-                ],
+                "drift": [drift_json(d) for d in drift],
                 "anomalies": replay.anomalies,
             }
         )

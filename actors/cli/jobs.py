@@ -1,4 +1,4 @@
-"""Subcommands on jobs: add, cancel, get, stats, dead (list, requeue, purge)."""
+"""Subcommands on single jobs and the namespace: add, cancel, get, stats."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from actors import _constants as c
 from actors.cli.context import Context
 from actors.cli.output import (
+    STATES,
     CliError,
     Exit,
-    decode_body,
-    format_duration_ms,
+    describe_job,
     format_relative_ms,
     format_time_ms,
     job_json,
@@ -26,11 +25,6 @@ from actors.cli.output import (
     usage_error,
 )
 from actors.errors import JobExistsError
-from actors.storage.keys import split_member
-from actors.storage.store import Store
-from actors.values import JobInfo
-
-STATES = ("delayed", "ready", "leased", "dead")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -49,7 +43,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", help="due after this long: 30 (seconds), 500ms, 5m, 1h30m")
-    when.add_argument("--at", help="due at: ISO 8601, epoch seconds, or +10m")
+    when.add_argument(
+        "--at", help="due at: epoch seconds, ISO 8601 with a zone, or +10m (as the API's at)"
+    )
     p.add_argument("--retry", help="this job's retry delays, e.g. 15s,3m,10m (default: topic's)")
     p.add_argument("--lease", help="this job's lease, e.g. 30s (default: topic's)")
     p.add_argument("--callback", metavar="URL", help="http(s) URL to POST the body to when due")
@@ -70,19 +66,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("stats", parents=[common], help="jobs per topic and state")
     p.set_defaults(run=run_stats)
-
-    p = sub.add_parser(
-        "dead",
-        parents=[common],
-        help="list, requeue or purge dead jobs",
-        description="Dead jobs: those whose retry schedule ran out.",
-    )
-    p.add_argument("action", nargs="?", choices=("list", "requeue", "purge"), default="list")
-    p.add_argument("--topic", help="only this topic")
-    p.add_argument("--id", help="only this job (needs --topic)")
-    p.add_argument("--all", action="store_true", help="every dead job (requeue, purge)")
-    p.add_argument("--limit", type=int, default=100, help="most jobs listed (default 100)")
-    p.set_defaults(run=run_dead)
 
 
 # -- add, cancel, get -------------------------------------------------------------------------
@@ -166,30 +149,6 @@ def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def describe(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
-    rows = [
-        ("job", f"{info.topic}/{info.id}"),
-        ("state", info.state + (" (cancel requested)" if info.cancel_requested else "")),
-        ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
-        ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
-        ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
-        ("body", json.dumps(decode_body(info.body), ensure_ascii=False)),
-    ]
-    if info.callback:
-        rows.append(("callback", info.callback))
-    if info.retry_ms is not None:
-        rows.append(("retry", ",".join(format_duration_ms(ms) for ms in info.retry_ms)))
-    if info.lease_deadline_ms is not None:
-        deadline = info.lease_deadline_ms
-        rows.append(("lease until", f"{format_time_ms(deadline)} (token {info.token})"))
-    if info.dead_since_ms is not None:
-        since = info.dead_since_ms
-        rows.append(
-            ("dead since", f"{format_time_ms(since)} ({format_relative_ms(since, now_ms)})")
-        )
-    return rows
-
-
 def run_get(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     info = store.get(args.topic, args.id)
@@ -198,7 +157,7 @@ def run_get(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         print_json(job_json(info))
         return Exit.OK
-    rows = describe(info, store.clock.now_ms())
+    rows = describe_job(info, store.clock.now_ms())
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
@@ -241,84 +200,4 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     now_ms = store.clock.now_ms()
     due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
     print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")
-    return Exit.OK
-
-
-# -- dead -----------------------------------------------------------------------------------
-
-
-def dead_jobs(shards: list[Store], topic: str | None) -> list[tuple[str, str]]:
-    """Every dead (topic, id), optionally of one topic; read in chunks, shard by shard."""
-    found: list[tuple[str, str]] = []
-    for shard in shards:
-        start = 0
-        while True:
-            chunk = shard.client.zrange(shard.keys.dead, start, start + 999)
-            if not chunk:
-                break
-            start += len(chunk)
-            for raw in chunk:
-                key = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
-                if topic is None or key[0] == topic:
-                    found.append(key)
-    return found
-
-
-def run_dead(ctx: Context, args: argparse.Namespace) -> int:
-    if args.id is not None and args.topic is None:
-        raise usage_error("dead: --id needs --topic")
-    if args.action == "list":
-        return _dead_list(ctx, args)
-    if not (args.all or args.topic):
-        raise usage_error(f"dead {args.action}: say which jobs: --topic T [--id ID], or --all")
-    if args.all and args.topic:
-        raise usage_error(f"dead {args.action}: give either --all or --topic, not both")
-    store = ctx.store()
-    one = args.id is not None
-    targets = [(args.topic, args.id)] if one else dead_jobs(ctx.shards(), args.topic)
-    change = store.requeue_dead if args.action == "requeue" else store.purge_dead
-    done = 0
-    for start in range(0, len(targets), c.BATCH_MAX_JOBS):
-        done += change(targets[start : start + c.BATCH_MAX_JOBS])
-    past = "requeued" if args.action == "requeue" else "purged"
-    if one and done == 0:  # the error is the one document --json prints
-        message = f"no dead job {args.topic}/{args.id}"
-        raise CliError(Exit.NOT_FOUND, "not_found", message, {past: 0})
-    if ctx.json:
-        print_json({past: done})
-    else:
-        print(f"{past} {done} dead job{'s' if done != 1 else ''}")
-    return Exit.OK
-
-
-def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
-    store = ctx.store()
-    if args.limit < 1:
-        raise usage_error("dead list: --limit must be at least 1")
-    if args.id is not None:
-        info = store.get(args.topic, args.id)
-        if info is None or info.state != "dead":
-            raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
-        infos = [info]
-    else:
-        infos = store.dead(args.topic, args.limit)
-    if ctx.json:
-        print_json([job_json(info) for info in infos])
-        return Exit.OK
-    if not infos:
-        print("no dead jobs")
-        return Exit.OK
-    now_ms = store.clock.now_ms()
-    rows = [
-        [
-            info.topic,
-            info.id,
-            info.attempts_failed,
-            format_time_ms(info.dead_since_ms or 0),
-            format_relative_ms(info.dead_since_ms or 0, now_ms),
-        ]
-        for info in infos
-    ]
-    print(table(["topic", "id", "attempts", "died", "ago"], rows))
-    print(f"\nwhy it died: {ctx.suggest('history', infos[0].topic, infos[0].id)}")
     return Exit.OK

@@ -13,9 +13,12 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, TextIO, TypeVar
 
+from actors.replay import Drift, ReplayedJob
 from actors.values import JobInfo
 
 T = TypeVar("T")
+
+STATES = ("delayed", "ready", "leased", "dead")  # the live states, in the order tables show them
 
 
 class Exit(IntEnum):
@@ -287,3 +290,93 @@ class Progress:
         if self.enabled and (self._shown or not self._tty):
             self._show(final=True)
             self.enabled = False
+
+
+# -- what the commands show of jobs, events and replays -------------------------------------
+
+
+def describe_job(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
+    """What ``get`` shows of a job, as (name, value) rows."""
+    rows = [
+        ("job", f"{info.topic}/{info.id}"),
+        ("state", info.state + (" (cancel requested)" if info.cancel_requested else "")),
+        ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
+        ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
+        ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
+        ("body", json.dumps(decode_body(info.body), ensure_ascii=False)),
+    ]
+    if info.callback:
+        rows.append(("callback", info.callback))
+    if info.retry_ms is not None:
+        rows.append(("retry", ",".join(format_duration_ms(ms) for ms in info.retry_ms)))
+    if info.lease_deadline_ms is not None:
+        deadline = info.lease_deadline_ms
+        rows.append(("lease until", f"{format_time_ms(deadline)} (token {info.token})"))
+    if info.dead_since_ms is not None:
+        since = info.dead_since_ms
+        rows.append(
+            ("dead since", f"{format_time_ms(since)} ({format_relative_ms(since, now_ms)})")
+        )
+    return rows
+
+
+def event_details(fields: dict[str, str]) -> str:
+    """The part of an event people read: where it went, why, until when."""
+    ms = int(fields["ms"])
+    parts: list[str] = []
+    if "to" in fields:
+        parts.append(f"-> {fields['to']}")
+    if "due" in fields and fields["e"] != "ready":
+        parts.append(f"due {format_relative_ms(int(fields['due']), ms)}")
+    if "dl" in fields:
+        parts.append(f"lease for {format_duration_ms(int(fields['dl']) - ms)}")
+    if fields.get("by"):
+        parts.append(f"by {fields['by']}")
+    for name in ("from", "via", "op", "code"):
+        if name in fields:
+            parts.append(f"{name} {fields[name]}")
+    if "detail" in fields:
+        parts.append(fields["detail"])
+    if "why" in fields:
+        parts.append(f"why: {fields['why']}")
+    if fields.get("cancelled"):
+        parts.append("(cancel had been requested)")
+    return ", ".join(parts)
+
+
+AUDIT_BASE_FIELDS = ("e", "t", "i", "a", "ms")  # every event has them; the rest are its own
+
+
+def event_json(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": entry_id,
+        "event": fields["e"],
+        "attempt": int(fields["a"]),
+        "at_ms": int(fields["ms"]),
+        "at": iso_ms(int(fields["ms"])),
+        "fields": {k: v for k, v in fields.items() if k not in AUDIT_BASE_FIELDS},
+    }
+
+
+def replayed_json(job: ReplayedJob) -> dict[str, Any]:
+    return {
+        "topic": job.topic,
+        "id": job.id,
+        "state": job.state.value,
+        "due_ms": job.due_ms,
+        "attempts_failed": job.attempts_failed,
+        "lease_token": job.token,
+        "lease_deadline_ms": job.deadline_ms,
+        "cancel_requested": job.cancel_requested,
+        "partial": job.partial,
+    }
+
+
+def drift_json(drift: Drift) -> dict[str, Any]:
+    return {
+        "topic": drift.topic,
+        "id": drift.id,
+        "field": drift.field,
+        "replayed": drift.replayed,
+        "live": drift.live,
+    }

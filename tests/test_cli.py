@@ -211,6 +211,8 @@ def test_invalid_names_are_refused_with_the_validation_message(cli: Cli) -> None
     result = cli.json("add", "t", "has space", code=2)
     assert result["error"] == "invalid" and result["message"].startswith("id:")
     assert run("stats", "--redis", cli.url, "--namespace", "a{b}").returncode == 2
+    empty = run("stats", "--redis", cli.url, "--namespace", "")  # not quietly "default"
+    assert empty.returncode == 2 and "namespace: must not be empty" in empty.stderr
 
 
 def test_cancel_of_a_running_job_is_a_request(cli: Cli, store: Store) -> None:
@@ -688,6 +690,8 @@ def test_at_takes_epoch_seconds_and_refuses_milliseconds_with_a_hint(cli: Cli) -
     assert replay.returncode == 2 and "--at takes epoch seconds" in replay.stderr
     since = cli("history", "t", "s", "--since", "1893456000000")
     assert since.returncode == 2 and "--since takes epoch seconds" in since.stderr
+    huge = cli("add", "t", "huge", "--at", "1e20")
+    assert huge.returncode == 2 and "is not a time in epoch seconds" in huge.stderr
 
 
 def test_version_is_the_installed_distributions() -> None:

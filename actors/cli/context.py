@@ -31,7 +31,10 @@ def redis_url(args: argparse.Namespace) -> str | None:
 
 
 def namespace(args: argparse.Namespace) -> str:
-    return getattr(args, "namespace", None) or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+    given = getattr(args, "namespace", None)
+    if given is not None:  # even "": validation refuses it rather than quietly using the default
+        return str(given)
+    return os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
 
 
 def data_dir(args: argparse.Namespace) -> str:

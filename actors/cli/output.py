@@ -115,11 +115,13 @@ def parse_time_ms(text: str, now_ms: int, name: str = "time") -> int:
     else:
         if not math.isfinite(number):
             raise usage_error(f"{name}: {text!r} is not a time ({TIME_EXAMPLES})")
-        if abs(number) > EPOCH_SECONDS_MAX:
+        if EPOCH_SECONDS_MAX < abs(number) <= EPOCH_SECONDS_MAX * 1000:
             raise usage_error(
                 f"{name}: {text} looks like milliseconds; --{name} takes epoch seconds "
                 f"({number / 1000:.3f})".replace(".000)", ")")
             )
+        if abs(number) > EPOCH_SECONDS_MAX:
+            raise usage_error(f"{name}: {text} is not a time in epoch seconds ({TIME_EXAMPLES})")
         return round(number * 1000)
     try:
         moment = datetime.fromisoformat(value)

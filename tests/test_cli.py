@@ -761,3 +761,21 @@ def test_help_points_to_a_reference_the_user_has() -> None:
     pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
     wheel = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert wheel["force-include"]["docs/cli.md"] == "actors/cli/cli.md"
+
+
+def test_worker_json_is_one_line_per_event_and_the_last_one_carries_the_error(
+    cli: Cli, tmp_path: Path
+) -> None:
+    worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "0.2", "--json")
+    try:
+        cli("add", "mail.send", "slow", "--body", '{"sleep": 5}')
+        wait_for(lambda: cli.json("get", "mail.send", "slow")["state"] == "leased")
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 6, err
+    events = [json.loads(line) for line in out.splitlines()]  # each line one document
+    assert [e["event"] for e in events] == ["started", "stopped"]
+    assert events[-1]["error"] == "grace_exceeded" and events[-1]["exit_code"] == 6
+    assert "still running after 0.2s" in err

@@ -779,3 +779,9 @@ def test_worker_json_is_one_line_per_event_and_the_last_one_carries_the_error(
     assert [e["event"] for e in events] == ["started", "stopped"]
     assert events[-1]["error"] == "grace_exceeded" and events[-1]["exit_code"] == 6
     assert "still running after 0.2s" in err
+
+
+@pytest.mark.parametrize("grace", ["nan", "-1", "inf"])
+def test_worker_refuses_a_grace_that_is_not_a_duration(grace: str) -> None:
+    result = run("worker", "myworker:queue", "--grace", grace)
+    assert result.returncode == 2 and "--grace must be a number of seconds" in result.stderr

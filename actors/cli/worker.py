@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -64,8 +65,8 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if args.grace < 0:
-        raise usage_error("worker: --grace must be >= 0")
+    if not 0 <= args.grace < math.inf:  # also refuses nan
+        raise usage_error(f"worker: --grace must be a number of seconds >= 0, not {args.grace}")
     stop_requested = threading.Event()
     received: list[int] = []
 

@@ -29,8 +29,7 @@ from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, ValidationError
 from actors.replay import history as replay_history
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
-from actors.storage.keys import split_member
-from actors.storage.sharding import open_store, shard_stores
+from actors.storage.store import open_store
 from actors.storage.topology import RedisClient, connect
 from actors.values import AuditRetention, Durability, JobInfo, NewJob, TopicConfig
 
@@ -277,18 +276,7 @@ class DelayQueue:
             validation.topic(topic)
         # The dead set is read in pages and changed in batches of at most BATCH_MAX_JOBS, so any
         # number of dead jobs is handled without one huge script call.
-        keys: list[tuple[str, str]] = []
-        for shard in shard_stores(self.store):
-            start = 0
-            while True:
-                page = self.client.zrange(shard.keys.dead, start, start + c.BATCH_MAX_JOBS - 1)
-                if not page:
-                    break
-                start += len(page)
-                for raw in page:
-                    t, i = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
-                    if topic is None or t == topic:
-                        keys.append((t, i))
+        keys = list(self.store.dead_keys(topic, c.BATCH_MAX_JOBS))
         return sum(
             change(keys[n : n + c.BATCH_MAX_JOBS]) for n in range(0, len(keys), c.BATCH_MAX_JOBS)
         )

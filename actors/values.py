@@ -7,7 +7,9 @@ without pulling in the Redis client.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+import orjson
 
 from actors import _constants as c
 from actors import _validation as validation
@@ -76,7 +78,7 @@ class JobInfo:
     due_ms: int
     attempt: int  # the attempt that is next or running, from 1 (for a dead job: the last one)
     attempts_failed: int
-    body: bytes
+    body_bytes: bytes  # the body as stored (UTF-8 JSON)
     created_ms: int
     token: str | None = None
     lease_deadline_ms: int | None = None
@@ -84,6 +86,12 @@ class JobInfo:
     cancel_requested: bool = False
     callback: str | None = None
     retry_ms: tuple[int, ...] | None = None
+
+    @property
+    def body(self) -> Any:
+        """The body, decoded as :attr:`actors.job.Job.body` is (on each access: a snapshot of
+        many jobs does not pay for bodies nobody reads)."""
+        return orjson.loads(self.body_bytes)
 
 
 @dataclass(frozen=True, slots=True)

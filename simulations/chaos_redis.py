@@ -30,10 +30,8 @@ from redis.crc import key_slot
 
 from actors.clock import SystemClock
 from actors.server.embedded import RedisProcess
-from actors.storage.jobstore import JobStore
 from actors.storage.keys import ShardKeys, shard_of
-from actors.storage.sharding import open_store
-from actors.storage.store import Store
+from actors.storage.store import Store, open_store
 from actors.storage.topology import connect
 
 from . import faults
@@ -56,7 +54,7 @@ def now_ms() -> int:
 
 class Deployment(Protocol):
     url: str
-    store: JobStore
+    store: Store
 
     def ready(self, kind: str) -> bool:
         """False while the fault ``kind`` must wait (the cluster is healing)."""
@@ -88,7 +86,7 @@ class OneServer:
         ).start()
         self.admin = self.process.client()
         self.url = self.process.url
-        self.store: JobStore = Store(self.admin, namespace, SystemClock())
+        self.store: Store = Store(self.admin, namespace, SystemClock())
         self.down = False
 
     def ready(self, kind: str) -> bool:

@@ -35,7 +35,7 @@ import redis
 from actors.clock import SystemClock
 from actors.errors import NotReplicatedError
 from actors.storage.keys import ShardKeys, split_member
-from actors.storage.sharding import open_store
+from actors.storage.store import open_store
 from actors.storage.topology import connect
 from actors.values import Durability
 

@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from actors.runtime.messages import Stats
-from actors.storage.store import Store, _s
+from actors.storage.calls import decoded as _s
+from actors.storage.store import Store
 
 WAIT_S = 10.0  # generous: a loaded 2-core machine may be slow to schedule actor threads
 

@@ -22,7 +22,7 @@ from redis.exceptions import RedisClusterException
 from actors.clock import Clock
 from actors.errors import ErrorCode, JobExistsError, RedelayError
 from actors.replay import compare, fold
-from actors.storage.jobstore import JobStore
+from actors.storage.store import Store
 
 TOPIC = "flow"
 _PAUSE_S = 0.005  # an idle worker's poll interval; a driver for tests, not the product
@@ -49,7 +49,7 @@ class Flow:
 
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         *,
         jobs: int = 400,

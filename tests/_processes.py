@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from actors.storage.store import _s
+from actors.storage.calls import decoded as _s
 
 ROOT = Path(__file__).resolve().parent.parent
 START_S = 20.0  # importing redelay in a fresh interpreter on a loaded 2-core machine

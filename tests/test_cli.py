@@ -27,7 +27,6 @@ from actors.server.embedded import RedisProcess
 from actors.server.embedded_default import socket_path_for
 from actors.storage.keys import member, shard_of
 from actors.storage.namespace_config import ensure_shards
-from actors.storage.sharding import ShardedStore
 from actors.storage.store import Store
 
 NS = "clitest"
@@ -344,7 +343,7 @@ def test_a_sharded_namespace_is_read_across_its_shards(
     cli: Cli, redis_client: redis.Redis, redis_server: RedisProcess
 ) -> None:
     ensure_shards(redis_client, "sharded", 4)
-    sharded = ShardedStore(redis_client, "sharded", SystemClock(), shards=4)
+    sharded = Store(redis_client, "sharded", SystemClock(), shards=4)
     ids = [str(n) for n in range(12)]
     assert len({shard_of("t", i, 4) for i in ids}) > 1  # the jobs really are spread out
 

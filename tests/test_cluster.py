@@ -14,7 +14,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError, TryAgainError
 
 from actors.clock import FakeClock, SystemClock
-from actors.storage.sharding import ShardedStore
+from actors.storage.keys import ShardKeys, member, shard_of
 from actors.storage.store import Store
 from actors.storage.topology import connect, describe
 from actors.values import Durability, TopicConfig
@@ -24,8 +24,8 @@ SHARDS = 6
 FLOW_CONFIG = TopicConfig(retry_ms=(100,) * 20, lease_ms=1_000)
 
 
-def sharded(client: RedisCluster, clock: SystemClock | FakeClock, **kwargs: object) -> ShardedStore:
-    store = ShardedStore(client, "flow", clock, shards=SHARDS, **kwargs)  # type: ignore[arg-type]
+def sharded(client: RedisCluster, clock: SystemClock | FakeClock, **kwargs: object) -> Store:
+    store = Store(client, "flow", clock, shards=SHARDS, **kwargs)  # type: ignore[arg-type]
     store.configure_topic(TOPIC, FLOW_CONFIG)
     return store
 
@@ -44,8 +44,26 @@ def test_a_plain_url_to_a_cluster_node_opens_a_cluster_client(
 def test_the_shards_spread_over_the_masters(clean_cluster: LocalCluster) -> None:  # noqa: F811
     client = clean_cluster.client()
     store = sharded(client, FakeClock())
-    owners = {clean_cluster.master_of_slot(key_slot(s.keys.jobs.encode())) for s in store.shards}
+    owners = {clean_cluster.master_of_slot(key_slot(k.jobs.encode())) for k in store.shard_keys}
     assert len(owners) >= 2  # six hash tags over three masters' slot ranges
+    client.close()
+
+
+def test_the_snapshot_names_a_job_in_two_structures_on_any_shard(
+    clean_cluster: LocalCluster,  # noqa: F811
+) -> None:
+    """verify and the chaos checker read ``problems``: a sharded snapshot must keep them."""
+    client = clean_cluster.client()
+    store = sharded(client, FakeClock())
+    ids = [f"j{n}" for n in range(SHARDS * 4)]
+    store.add_many([store.new_job(TOPIC, i, delay_ms=1_000) for i in ids])
+    broken = {i for i in ids if shard_of(TOPIC, i, SHARDS) in (1, SHARDS - 1)}
+    for job_id in broken:  # behind the scripts' back: also in its shard's dead set
+        keys = ShardKeys("flow", shard_of(TOPIC, job_id, SHARDS))
+        client.zadd(keys.dead, {member(TOPIC, job_id): 1})
+    problems = store.snapshot().problems
+    assert set(problems) == {(TOPIC, i) for i in broken}
+    assert all(texts == ["in delayed and dead"] for texts in problems.values())
     client.close()
 
 
@@ -56,7 +74,7 @@ def test_a_migrating_slot_refuses_scripts_before_writing_anything(
     failed after removing the jobs from the delayed set: they were in no structure."""
     client = fresh_cluster.client()
     clock = FakeClock()
-    store = Store(client, "mig", clock)  # type: ignore[arg-type]
+    store = Store(client, "mig", clock)
     store.add_many([store.new_job("t", f"j{n}", n, delay_ms=1_000) for n in range(5)])
     slot = key_slot(store.keys.jobs.encode())
     source = fresh_cluster.master_of_slot(slot)
@@ -99,8 +117,7 @@ def test_jobs_flow_on_the_cluster(clean_cluster: LocalCluster) -> None:  # noqa:
     flow.finish()
     assert flow.problems() == []
     assert flow.log.errors == {}
-    for shard in store.shards:
-        assert structure_problems(shard) == []
+    assert structure_problems(store) == []
     client.close()
     clock.close()
 
@@ -112,7 +129,7 @@ def test_slots_migrated_while_jobs_flow_lose_nothing(
     clock = SystemClock()
     store = sharded(client, clock)
     flow = Flow(store, clock, jobs=500, add_interval_s=0.004).start()
-    slots = [key_slot(s.keys.jobs.encode()) for s in store.shards]
+    slots = [key_slot(k.jobs.encode()) for k in store.shard_keys]
     moves = 0
     deadline = time.monotonic() + 20
     while flow.producer.is_alive() and time.monotonic() < deadline:
@@ -124,8 +141,7 @@ def test_slots_migrated_while_jobs_flow_lose_nothing(
     flow.finish()
     assert moves >= len(slots)
     assert flow.problems() == []
-    for shard in store.shards:
-        assert structure_problems(shard) == []
+    assert structure_problems(store) == []
     client.close()
     clock.close()
 
@@ -141,7 +157,7 @@ def test_a_master_killed_while_jobs_flow_loses_no_confirmed_job(
     deadline = time.monotonic() + 10
     while flow.added() < 150 and time.monotonic() < deadline:
         time.sleep(0.01)  # waiting for jobs to be flowing before the crash
-    victim = fresh_cluster.master_of_slot(key_slot(store.shards[0].keys.jobs.encode()))
+    victim = fresh_cluster.master_of_slot(key_slot(store.shard_keys[0].jobs.encode()))
     fresh_cluster.node_by_port(victim).kill()
     fresh_cluster.wait_healthy()  # its replica took over
     assert victim not in fresh_cluster.master_ports()
@@ -164,7 +180,7 @@ def test_redis_cli_reshard_while_jobs_flow_loses_nothing(
     clock = SystemClock()
     store = sharded(client, clock)
     flow = Flow(store, clock, jobs=400, add_interval_s=0.004).start()
-    source = fresh_cluster.master_of_slot(key_slot(store.shards[0].keys.jobs.encode()))
+    source = fresh_cluster.master_of_slot(key_slot(store.shard_keys[0].jobs.encode()))
     target = next(p for p in fresh_cluster.master_ports() if p != source)
     done = subprocess.run(
         [
@@ -178,10 +194,9 @@ def test_redis_cli_reshard_while_jobs_flow_loses_nothing(
         timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-500:] + done.stderr[-500:]
-    assert fresh_cluster.master_of_slot(key_slot(store.shards[0].keys.jobs.encode())) == target
+    assert fresh_cluster.master_of_slot(key_slot(store.shard_keys[0].jobs.encode())) == target
     flow.finish()
     assert flow.problems() == []
-    for shard in store.shards:
-        assert structure_problems(shard) == []
+    assert structure_problems(store) == []
     client.close()
     clock.close()

@@ -25,7 +25,7 @@ from actors.storage import codec as _record
 from actors.storage.keys import ShardKeys
 from actors.storage.namespace_config import config_key
 from actors.storage.scripts import lua_dir, sources
-from actors.storage.sharding import ready_channel
+from actors.storage.store import ready_channel
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _SCRIPT_RE = re.compile(r"[a-z_]+-\d+\.lua")

@@ -14,7 +14,7 @@ from _actor_support import stop_actors, wait_for  # noqa: F401  (fixture)
 from actors.clock import FakeClock
 from actors.runtime.messages import Carry, Wake
 from actors.runtime.notifier import ReadyNotice, ShardNotifier
-from actors.storage.sharding import ShardedStore
+from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 
@@ -40,19 +40,19 @@ def received(ref: pykka.ActorRef[Any]) -> list[Any]:
 
 
 @pytest.fixture
-def store(redis_client: redis.Redis, fake_clock: FakeClock) -> ShardedStore:
-    return ShardedStore(redis_client, "n", fake_clock, shards=3)
+def store(redis_client: redis.Redis, fake_clock: FakeClock) -> Store:
+    return Store(redis_client, "n", fake_clock, shards=3)
 
 
 @pytest.fixture
-def notifier(store: ShardedStore) -> Iterator[ShardNotifier]:
+def notifier(store: Store) -> Iterator[ShardNotifier]:
     started = ShardNotifier(store.client, store.wake_channels, store.ready_channels).start()
     yield started
     started.stop()
 
 
 def test_notices_reach_the_listeners_of_their_topic_and_wakes_the_carriers(
-    store: ShardedStore, notifier: ShardNotifier, fake_clock: FakeClock
+    store: Store, notifier: ShardNotifier, fake_clock: FakeClock
 ) -> None:
     carrier, mail, other = Inbox.start(), Inbox.start(), Inbox.start()
     notifier.watch_wake(carrier)
@@ -71,7 +71,7 @@ def test_notices_reach_the_listeners_of_their_topic_and_wakes_the_carriers(
 
 
 def test_notices_that_arrive_together_are_told_once(
-    store: ShardedStore, notifier: ShardNotifier, fake_clock: FakeClock
+    store: Store, notifier: ShardNotifier, fake_clock: FakeClock
 ) -> None:
     listener, carrier = Inbox.start(), Inbox.start()
     notifier.watch_ready("t", listener)

@@ -20,7 +20,7 @@ from _processes import WorkerProcess, deliveries, produce
 
 from actors import ConfigError, DelayQueue, Job
 from actors.server.embedded import RedisProcess
-from actors.storage.jobstore import JobStore
+from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 
@@ -185,7 +185,7 @@ def test_stopping_under_load_loses_nothing(
     assert sorted(acked) == ids and set(acked.values()) == {1}
 
 
-def audit(store: JobStore) -> list[dict[str, Any]]:
+def audit(store: Store) -> list[dict[str, Any]]:
     return [fields for _, fields in store.iter_audit()]
 
 

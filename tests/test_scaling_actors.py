@@ -17,7 +17,6 @@ from redis.crc import key_slot
 
 from actors import DelayQueue, Job
 from actors.replay import compare, fold
-from actors.storage.sharding import ShardedStore
 from actors.values import Durability
 from simulations.local_redis import LocalCluster, LocalSentinel
 
@@ -119,7 +118,7 @@ def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
     before = clients_per_node(cluster)
     queue, recorder = worker(cluster.url(), "shop", shards=SHARDS)
     cleanup.append(queue)
-    assert isinstance(queue.store, ShardedStore) and queue.store.shard_count == SHARDS
+    assert queue.store.needs_notifier and queue.store.shard_count == SHARDS
     queue.start()
     ids = [f"order-{n}" for n in range(300)]
     queue.add_many([{"topic": TOPIC, "id": i, "delay": n % 30 / 100} for n, i in enumerate(ids)])
@@ -153,8 +152,8 @@ def test_a_cluster_master_killed_while_the_actors_work(
     )
     thread.start()
     wait_for(lambda: len(recorder.done()) >= 40, "jobs to be flowing")
-    assert isinstance(queue.store, ShardedStore)
-    victim = fresh_cluster.master_of_slot(key_slot(queue.store.shards[0].keys.jobs.encode()))
+    assert queue.store.shard_count == SHARDS
+    victim = fresh_cluster.master_of_slot(key_slot(queue.store.shard_keys[0].jobs.encode()))
     fresh_cluster.node_by_port(victim).kill()
     fresh_cluster.wait_healthy()
     fresh_cluster.node_by_port(victim).start()  # back as the new master's replica

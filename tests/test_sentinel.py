@@ -12,8 +12,7 @@ from cluster import sentinel_setup  # noqa: F401  (fixture)
 
 from actors.clock import FakeClock, SystemClock
 from actors.errors import NotReplicatedError
-from actors.storage.sharding import ShardedStore, open_store
-from actors.storage.store import Store
+from actors.storage.store import Store, open_store
 from actors.storage.topology import connect, describe
 from actors.values import Durability, TopicConfig
 from simulations.local_redis import LocalSentinel
@@ -57,7 +56,7 @@ def test_jobs_flow_while_sentinel_fails_over(sentinel_setup: LocalSentinel) -> N
 
 
 def lose_the_master_behind_a_stalled_replica(
-    setup: LocalSentinel, store: Store | ShardedStore, count: int
+    setup: LocalSentinel, store: Store, count: int
 ) -> tuple[list[str], list[str]]:
     """Adds ``count`` jobs while the replica cannot keep up, kills the master, lets the replica
     take over. Returns (ids whose add returned, ids whose add raised NotReplicatedError)."""
@@ -100,7 +99,7 @@ def test_with_wait_no_acknowledged_add_is_lost(sentinel_setup: LocalSentinel) ->
     client = connect(sentinel_setup.url(), socket_timeout=5)
     assert isinstance(client, redis.Redis)
     store = open_store(client, "loss", FakeClock(), durability=Durability(1, timeout_ms=100))
-    assert isinstance(store, ShardedStore)
+    assert store.durability is not None and store.needs_notifier
     confirmed, reported = lose_the_master_behind_a_stalled_replica(sentinel_setup, store, 20)
     # The replica could not acknowledge: every add said so instead of returning, and rightly:
     # none of them survived. Nothing the caller was told is safe was lost.

@@ -1,4 +1,4 @@
-"""ShardedStore on one private redis-server: routing, grouping, fairness, merged reads."""
+"""A sharded Store on one private redis-server: routing, grouping, fairness, merged reads."""
 
 from __future__ import annotations
 
@@ -10,19 +10,18 @@ import redis
 from actors.clock import FakeClock
 from actors.errors import ConfigError, ErrorCode, JobExistsError, PartialAddError, ValidationError
 from actors.replay import compare, fold
-from actors.storage.jobstore import JobStore
-from actors.storage.keys import shard_of
+from actors.storage import codec
+from actors.storage.keys import ShardKeys, member, shard_of
 from actors.storage.namespace_config import config_key, ensure_shards, stored_shards
-from actors.storage.sharding import ShardedStore, open_store, ready_channel
-from actors.storage.store import Store
+from actors.storage.store import Store, open_store, ready_channel
 from actors.values import AuditRetention, TopicConfig
 
 SHARDS = 3
 
 
 @pytest.fixture
-def sharded(redis_client: redis.Redis, fake_clock: FakeClock) -> ShardedStore:
-    return ShardedStore(redis_client, "shop", fake_clock, shards=SHARDS)
+def sharded(redis_client: redis.Redis, fake_clock: FakeClock) -> Store:
+    return Store(redis_client, "shop", fake_clock, shards=SHARDS)
 
 
 def ids_per_shard(count: int, topic: str = "t") -> dict[int, list[str]]:
@@ -37,19 +36,20 @@ def ids_per_shard(count: int, topic: str = "t") -> dict[int, list[str]]:
     return found
 
 
-def shard_index(store: ShardedStore, topic: str, job_id: str) -> int:
-    return store.shards.index(store.shard_for(topic, job_id))
+def shard_index(topic: str, job_id: str) -> int:
+    return shard_of(topic, job_id, SHARDS)
 
 
 def test_jobs_land_in_their_shard_and_get_cancel_go_straight_there(
-    sharded: ShardedStore,
+    sharded: Store,
 ) -> None:
     ids = [f"order-{n}" for n in range(30)]
     sharded.add_many([sharded.new_job("t", i, {"n": i}, delay_ms=1000) for i in ids])
     for job_id in ids:
         home = shard_of("t", job_id, SHARDS)
-        for s, store in enumerate(sharded.shards):
-            assert (store.get("t", job_id) is not None) == (s == home)
+        for s in range(SHARDS):
+            stored = sharded.client.hexists(ShardKeys("shop", s).jobs, member("t", job_id))
+            assert stored == (s == home)
         info = sharded.get("t", job_id)
         assert info is not None and info.state == "delayed"
     assert len({shard_of("t", i, SHARDS) for i in ids}) == SHARDS  # the test spans shards
@@ -59,7 +59,7 @@ def test_jobs_land_in_their_shard_and_get_cancel_go_straight_there(
 
 
 def test_add_many_keeps_order_and_replace_reports_previous_states(
-    sharded: ShardedStore, fake_clock: FakeClock
+    sharded: Store, fake_clock: FakeClock
 ) -> None:
     ids = [f"j{n}" for n in range(12)]
     assert sharded.add_many([sharded.new_job("t", i, delay_ms=500) for i in ids]) == ["new"] * 12
@@ -70,7 +70,7 @@ def test_add_many_keeps_order_and_replace_reports_previous_states(
         assert info is not None and info.state == "ready"
 
 
-def test_an_existing_job_in_one_shard_blocks_only_that_shard(sharded: ShardedStore) -> None:
+def test_an_existing_job_in_one_shard_blocks_only_that_shard(sharded: Store) -> None:
     ids = ids_per_shard(2)
     existing = ids[0][0]
     sharded.add(sharded.new_job("t", existing, delay_ms=100))
@@ -85,7 +85,7 @@ def test_an_existing_job_in_one_shard_blocks_only_that_shard(sharded: ShardedSto
     assert sharded.get("t", ids[2][0]) is not None
 
 
-def test_a_batch_within_one_shard_is_still_all_or_nothing(sharded: ShardedStore) -> None:
+def test_a_batch_within_one_shard_is_still_all_or_nothing(sharded: Store) -> None:
     ids = ids_per_shard(3)[1]
     sharded.add(sharded.new_job("t", ids[0]))
     with pytest.raises(JobExistsError) as caught:
@@ -94,7 +94,7 @@ def test_a_batch_within_one_shard_is_still_all_or_nothing(sharded: ShardedStore)
     assert sharded.get("t", ids[1]) is None and sharded.get("t", ids[2]) is None
 
 
-def test_bad_input_in_one_shard_writes_nothing_in_any_shard(sharded: ShardedStore) -> None:
+def test_bad_input_in_one_shard_writes_nothing_in_any_shard(sharded: Store) -> None:
     ids = ids_per_shard(1)
     sharded.add_many([sharded.new_job("t", ids[s][0]) for s in range(SHARDS)])
     leases = sharded.lease("t", 10)
@@ -109,7 +109,7 @@ def test_bad_input_in_one_shard_writes_nothing_in_any_shard(sharded: ShardedStor
 
 
 def test_lease_starts_at_a_different_shard_each_call_so_none_starves(
-    sharded: ShardedStore,
+    sharded: Store,
 ) -> None:
     ids = ids_per_shard(6)
     sharded.add_many([sharded.new_job("t", i) for s in range(SHARDS) for i in ids[s]])
@@ -117,17 +117,17 @@ def test_lease_starts_at_a_different_shard_each_call_so_none_starves(
     for _ in range(SHARDS):
         leases = sharded.lease("t", 2)
         assert len(leases) == 2
-        assert len({shard_index(sharded, x.topic, x.id) for x in leases}) == 1
-        first_shards.append(shard_index(sharded, leases[0].topic, leases[0].id))
+        assert len({shard_index(x.topic, x.id) for x in leases}) == 1
+        first_shards.append(shard_index(leases[0].topic, leases[0].id))
     assert sorted(first_shards) == list(range(SHARDS))
     # A limit larger than one shard's backlog is filled from the next shards.
     leases = sharded.lease("t", 10)
     assert len(leases) == 10
-    assert len({shard_index(sharded, x.topic, x.id) for x in leases}) >= 2
+    assert len({shard_index(x.topic, x.id) for x in leases}) >= 2
 
 
 def test_lease_skips_empty_shards_and_returns_nothing_when_all_are_empty(
-    sharded: ShardedStore,
+    sharded: Store,
 ) -> None:
     assert sharded.lease("t", 5) == []
     only = ids_per_shard(3)[2]
@@ -139,7 +139,7 @@ def test_lease_skips_empty_shards_and_returns_nothing_when_all_are_empty(
 
 
 def test_per_job_results_come_back_in_input_order_across_shards(
-    sharded: ShardedStore, fake_clock: FakeClock
+    sharded: Store, fake_clock: FakeClock
 ) -> None:
     ids = ids_per_shard(2)
     sharded.add_many([sharded.new_job("t", i) for s in range(SHARDS) for i in ids[s]])
@@ -159,7 +159,7 @@ def test_per_job_results_come_back_in_input_order_across_shards(
     assert sharded.stats()["t"] == {"delayed": 0, "ready": 3, "leased": 0, "dead": 0}
 
 
-def test_carry_and_expire_cover_every_shard(sharded: ShardedStore, fake_clock: FakeClock) -> None:
+def test_carry_and_expire_cover_every_shard(sharded: Store, fake_clock: FakeClock) -> None:
     ids = ids_per_shard(2)
     due = [sharded.new_job("t", ids[s][0], delay_ms=100 * (s + 1)) for s in range(SHARDS)]
     later = [sharded.new_job("t", ids[s][1], delay_ms=10_000 + s) for s in range(SHARDS)]
@@ -179,13 +179,16 @@ def test_carry_and_expire_cover_every_shard(sharded: ShardedStore, fake_clock: F
     assert sharded.stats()["t"] == {"delayed": 2 * SHARDS, "ready": 0, "leased": 0, "dead": 0}
 
 
-def test_topic_defaults_reach_every_shard(sharded: ShardedStore) -> None:
+def test_topic_defaults_reach_every_shard(sharded: Store) -> None:
     sharded.configure_topic("mail", TopicConfig(retry_ms=(1, 2), lease_ms=2_000))
-    for store in sharded.shards:
-        assert store.stored_topic_config("mail") == TopicConfig((1, 2), 2_000)
+    for s in range(SHARDS):
+        blob = sharded.client.hget(ShardKeys("shop", s).topics, "mail")
+        assert blob is not None
+        assert codec.unpack_topic_config(blob) == ((1, 2), 2_000)  # type: ignore[arg-type]
+    assert sharded.stored_topic_config("mail") == TopicConfig((1, 2), 2_000)
 
 
-def test_reads_merge_the_shards(sharded: ShardedStore, fake_clock: FakeClock) -> None:
+def test_reads_merge_the_shards(sharded: Store, fake_clock: FakeClock) -> None:
     ids = ids_per_shard(2)
     sharded.configure_topic("t", TopicConfig(retry_ms=(1,), lease_ms=1_000))
     sharded.add_many([sharded.new_job("t", i) for s in range(SHARDS) for i in ids[s]])
@@ -214,7 +217,7 @@ def test_reads_merge_the_shards(sharded: ShardedStore, fake_clock: FakeClock) ->
 
 
 def test_audit_merges_in_time_order_and_replays_to_the_live_state(
-    sharded: ShardedStore, fake_clock: FakeClock
+    sharded: Store, fake_clock: FakeClock
 ) -> None:
     ids = ids_per_shard(3)
     for step in range(3):
@@ -226,7 +229,7 @@ def test_audit_merges_in_time_order_and_replays_to_the_live_state(
     entries = list(sharded.iter_audit(chunk=2))
     times = [int(fields["ms"]) for _, fields in entries]
     assert times == sorted(times)
-    per_shard = [list(store.iter_audit()) for store in sharded.shards]
+    per_shard = [list(sharded.iter_shard_audit(s)) for s in range(SHARDS)]
     assert sum(len(p) for p in per_shard) == len(entries)
     for shard_entries in per_shard:  # each shard's own order survives the merge
         positions = [entries.index(e) for e in shard_entries]
@@ -263,15 +266,16 @@ def test_a_namespace_with_unrecorded_jobs_cannot_become_sharded(
     assert ensure_shards(redis_client, "legacy") == 1
 
 
-def test_open_store_picks_the_plain_store_for_one_shard(
+def test_open_store_gives_one_store_class_whatever_the_shard_count(
     redis_client: redis.Redis, fake_clock: FakeClock
 ) -> None:
     one = open_store(redis_client, "a", fake_clock)
     three = open_store(redis_client, "b", fake_clock, shards=3)
-    assert type(one) is Store
-    assert isinstance(three, ShardedStore) and three.shard_count == 3
-    stores: list[JobStore] = [one, three]  # both satisfy the protocol the actors use
-    for store in stores:
+    assert type(one) is Store and one.shard_count == 1 and not one.needs_notifier
+    assert type(three) is Store and three.shard_count == 3 and three.needs_notifier
+    assert three.wake_channels == [ShardKeys("b", s).wake_channel for s in range(3)]
+    assert three.ready_channels == [ready_channel(ShardKeys("b", s)) for s in range(3)]
+    for store in (one, three):
         store.add(store.new_job("t", "x"))
         assert Counter(s for c in store.stats().values() for s, n in c.items() if n) == {"ready": 1}
 
@@ -319,3 +323,41 @@ def test_audit_retention_is_recorded_for_the_namespace_and_adopted_by_later_proc
     assert worker.retention == kept
     assert producer.retention == kept
     assert other.retention == AuditRetention()
+
+
+def test_the_store_reads_the_cli_needs_cover_every_shard(
+    sharded: Store, fake_clock: FakeClock
+) -> None:
+    ids = ids_per_shard(3)
+    sharded.configure_topic("t", TopicConfig(retry_ms=(1,), lease_ms=1_000))
+    sharded.configure_topic("u", TopicConfig(retry_ms=(1,), lease_ms=1_000))
+    sharded.add_many([sharded.new_job("t", i) for s in range(SHARDS) for i in ids[s]])
+    sharded.add(sharded.new_job("u", "x"))
+    for _ in range(2):  # the second failure is the last
+        leases = sharded.lease("t", 9) + sharded.lease("u", 1)
+        sharded.fail_many([(x.topic, x.id, x.token, "no", None) for x in leases])
+        fake_clock.advance(5)
+        sharded.carry()
+    every = sorted(("t", i) for s in range(SHARDS) for i in ids[s])
+    assert sorted(sharded.dead_keys(chunk=2)) == sorted([*every, ("u", "x")])
+    assert sorted(sharded.dead_keys("t", chunk=2)) == every
+    entries = list(sharded.iter_audit(chunk=2))
+    assert sharded.audit_length() == len(entries) > 10
+    for shard in range(SHARDS):
+        live, last_id = sharded.snapshot_with_audit_position(shard)
+        own = list(sharded.iter_shard_audit(shard, chunk=2))
+        assert own and last_id == own[-1][0]
+        assert {key for key in live.jobs} == {("t", i) for i in ids[shard]} | (
+            {("u", "x")} if shard_of("u", "x", SHARDS) == shard else set()
+        )
+        assert compare(fold(own), live) == []
+        upto = list(sharded.iter_shard_audit(shard, end=own[1][0], chunk=1))
+        assert upto == own[:2]
+
+
+def test_a_one_shard_store_has_the_same_reads(store: Store) -> None:
+    store.add_many([store.new_job("t", f"j{n}") for n in range(3)])
+    assert store.shard_count == 1 and list(store.dead_keys()) == []
+    live, last_id = store.snapshot_with_audit_position(0)
+    assert len(live.jobs) == 3 and store.audit_length() == 3
+    assert last_id == list(store.iter_shard_audit(0))[-1][0]

@@ -54,8 +54,9 @@ from actors.errors import ErrorCode, JobExistsError
 from actors.model import Model, State
 from actors.replay import Replay, compare, fold
 from actors.server.embedded import RedisProcess, server_version
+from actors.storage.calls import decoded as _s
 from actors.storage.keys import split_member
-from actors.storage.store import Store, _s
+from actors.storage.store import Store
 from actors.values import Lease, TopicConfig
 
 Key = tuple[str, str]

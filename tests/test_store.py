@@ -14,7 +14,8 @@ from _audit import AuditCursor, structure_problems
 
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
-from actors.storage.store import Store, _s
+from actors.storage.calls import decoded as _s
+from actors.storage.store import Store
 from actors.values import Lease, TopicConfig
 
 SCHEDULE = TopicConfig(retry_ms=(1_000, 5_000), lease_ms=2_000)
@@ -80,7 +81,7 @@ def test_add_of_a_later_job_puts_it_in_the_delayed_set(
         1,
         0,
     )
-    assert info.body == b'{"x":1}'
+    assert info.body_bytes == b'{"x":1}' and info.body == {"x": 1}  # raw, and decoded as Job's
     assert info.created_ms == now
     event = audit.one("added")
     assert event == {
@@ -112,7 +113,7 @@ def test_add_of_an_existing_job_raises_and_writes_nothing(store: Store, audit: A
         store.add(store.new_job("t", "j", {"v": 2}))
     assert caught.value.jobs == [("t", "j")]
     info = store.get("t", "j")
-    assert info is not None and info.body == b'{"v":1}' and info.state == "delayed"
+    assert info is not None and info.body_bytes == b'{"v":1}' and info.state == "delayed"
     assert audit.new() == []
 
 
@@ -202,7 +203,7 @@ def test_replace_reschedules_the_job_from_any_state(
 
     info = shop.get("t", "j")
     assert info is not None
-    assert (info.state, info.due_ms, info.attempts_failed, info.body) == (
+    assert (info.state, info.due_ms, info.attempts_failed, info.body_bytes) == (
         "delayed",
         now + 3_000,
         0,
@@ -752,7 +753,7 @@ def test_get_reads_every_field_of_a_leased_job(
     info = store.get("t", "j")
     assert info is not None
     assert info.state == "leased"
-    assert info.body == b'[1,"two"]'
+    assert info.body_bytes == b'[1,"two"]' and info.body == [1, "two"]
     assert (info.token, info.lease_deadline_ms) == (lease.token, now + 900)
     assert (info.callback, info.retry_ms, info.created_ms) == ("https://x.test/cb", (5, 6), now)
     assert (info.attempt, info.attempts_failed, info.dead_since_ms) == (1, 0, None)

@@ -327,7 +327,7 @@ def test_the_facades_add_many_names_the_item_and_its_field_once(
     queue = DelayQueue(redis_client, "facade", clock=fake_clock, producer_only=True)
     good = {"topic": "t", "id": "ok"}
     error = refused(
-        queue.store,  # type: ignore[arg-type]
+        queue.store,
         lambda: queue.add_many([good, {"topic": "t|x", "id": "j"}]),
         "jobs[1].topic",
     )

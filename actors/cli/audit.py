@@ -31,7 +31,6 @@ from actors.values import Snapshot
 
 Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000
-VERIFY_ATTEMPTS = 5
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -78,19 +77,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_verify)
 
 
-def stream_entries(store: Store, start: str = "-", end: str = "+") -> Iterator[Entry]:
-    """Audit entries between two stream ids (inclusive), oldest first, read in chunks."""
-    while True:
-        entries = store.audit_entries(start, end, CHUNK)
-        yield from entries
-        if len(entries) < CHUNK:
-            return
-        start = "(" + entries[-1][0]
+def stream_entries(store: Store, shard: int, start: str = "-", end: str = "+") -> Iterator[Entry]:
+    """One shard's audit entries between two stream ids (inclusive), oldest first, in chunks."""
+    return store.iter_shard_audit(shard, end, CHUNK, start=start)
 
 
-def _progress(ctx: Context, shards: list[Store], label: str) -> Progress:
-    total = sum(int(shard.client.xlen(shard.keys.audit)) for shard in shards)
-    return Progress(label, total, enabled=ctx.progress)
+def _progress(ctx: Context, store: Store, label: str, shard: int | None = None) -> Progress:
+    return Progress(label, store.audit_length(shard), enabled=ctx.progress)
 
 
 def _merge(replays: list[Replay]) -> Replay:
@@ -110,15 +103,14 @@ def _merge(replays: list[Replay]) -> Replay:
 
 def run_history(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
-    shards = ctx.shards()
-    shard = shards[shard_of(args.topic, args.id, len(shards))]  # a job's events are in its shard
+    shard = shard_of(args.topic, args.id, store.shard_count)  # a job's events are in its shard
     start = "-"
     if args.since is not None:
         start = f"{parse_time_ms(args.since, store.clock.now_ms(), 'since')}-0"
-    progress = _progress(ctx, [shard], "reading audit stream")
+    progress = _progress(ctx, store, "reading audit stream", shard)
     events = [
         (entry_id, fields)
-        for entry_id, fields in progress.wrap(stream_entries(shard, start))
+        for entry_id, fields in progress.wrap(stream_entries(store, shard, start))
         if fields.get("i") == args.id and fields.get("t") == args.topic
     ]
     progress.done()
@@ -153,9 +145,13 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error("replay: --limit must be at least 1")
     store = ctx.store()
     at_ms = parse_time_ms(args.at, store.clock.now_ms(), "at")
-    shards = ctx.shards()
-    progress = _progress(ctx, shards, "replaying audit stream")
-    replay = _merge([fold(progress.wrap(stream_entries(s)), until_ms=at_ms) for s in shards])
+    progress = _progress(ctx, store, "replaying audit stream")
+    replay = _merge(
+        [
+            fold(progress.wrap(stream_entries(store, s)), until_ms=at_ms)
+            for s in range(store.shard_count)
+        ]
+    )
     progress.done()
     jobs = [
         job
@@ -213,43 +209,30 @@ def _print_anomalies(ctx: Context, replay: Replay) -> None:
 # -- verify ---------------------------------------------------------------------------------
 
 
-def _last_entry_id(store: Store) -> str | None:
-    last = store.client.xrevrange(store.keys.audit, "+", "-", count=1)
-    if not last:
-        return None
-    raw = last[0][0]
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def _consistent_read(shard: Store) -> tuple[str | None, Snapshot]:
-    """The shard's live state and the id of the last event that produced it.
-
-    Every transition writes its event in the same script, so when the stream's last entry is
-    the same before and after the snapshot, the snapshot is the state after exactly that entry.
-    """
-    for _ in range(VERIFY_ATTEMPTS):
-        before = _last_entry_id(shard)
-        live = shard.snapshot()
-        if _last_entry_id(shard) == before:
-            return before, live
-    raise CliError(
-        Exit.BUSY,
-        "busy",
-        f"the queue changed during each of {VERIFY_ATTEMPTS} reads of its state; "
-        "retry when it is quieter (or stop the workers)",
-    )
+def _consistent_read(store: Store, shard: int) -> tuple[str | None, Snapshot]:
+    """The shard's live state and the id of the last event that produced it (one MULTI: every
+    transition writes its event in the same script as its change)."""
+    try:
+        live, last_entry = store.snapshot_with_audit_position(shard)
+    except RuntimeError as exc:  # new topics kept appearing during each of the store's reads
+        raise CliError(
+            Exit.BUSY, "busy", f"{exc}; retry when it is quieter (or stop the workers)"
+        ) from None
+    return last_entry, live
 
 
 def run_verify(ctx: Context, args: argparse.Namespace) -> int:
-    shards = ctx.shards()
-    progress = _progress(ctx, shards, "replaying audit stream")
+    store = ctx.store()
+    progress = _progress(ctx, store, "replaying audit stream")
     replays: list[Replay] = []
     live = Snapshot()
     drift: list[Drift] = []
     last_entries: list[str | None] = []
-    for shard in shards:
-        before, shard_live = _consistent_read(shard)
-        entries: Iterable[Entry] = [] if before is None else stream_entries(shard, "-", before)
+    for shard in range(store.shard_count):
+        before, shard_live = _consistent_read(store, shard)
+        entries: Iterable[Entry] = (
+            [] if before is None else stream_entries(store, shard, "-", before)
+        )
         replay = fold(progress.wrap(entries))
         drift += compare(replay, shard_live)
         replays.append(replay)

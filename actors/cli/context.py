@@ -13,9 +13,7 @@ from actors.cli.output import CliError, Exit, command_line
 from actors.clock import RedisSyncedClock
 from actors.errors import ConfigError, RedisServerNotFound
 from actors.server.embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
-from actors.storage.jobstore import JobStore
 from actors.storage.namespace_config import stored_retention, stored_shards
-from actors.storage.sharding import ShardedStore
 from actors.storage.store import Store
 from actors.storage.topology import RedisClient, connect
 
@@ -59,7 +57,7 @@ class Context:
     progress: bool = False
     embedded: EmbeddedServer | None = None
     _client: RedisClient | None = None
-    _store: JobStore | None = None
+    _store: Store | None = None
     _clock: RedisSyncedClock | None = None
     _recorded_shards: int | None = None
 
@@ -90,7 +88,7 @@ class Context:
         self._client = client
         return client
 
-    def store(self) -> JobStore:
+    def store(self) -> Store:
         """The namespace's store: one shard, or every shard when it was created sharded."""
         if self._store is None:
             client = self.client()
@@ -102,12 +100,7 @@ class Context:
             shards = self._recorded_shards or 1
             # Trim as the namespace's workers do, or a CLI write would delete their history.
             retention = stored_retention(client, name)
-            if shards == 1 and isinstance(client, redis.Redis):
-                self._store = Store(client, name, self._clock, retention=retention)
-            else:
-                self._store = ShardedStore(
-                    client, name, self._clock, shards=shards, retention=retention
-                )
+            self._store = Store(client, name, self._clock, shards=shards, retention=retention)
         return self._store
 
     def namespace_used(self, counts: dict[str, dict[str, int]], audit_entries: int) -> bool:
@@ -115,14 +108,6 @@ class Context:
         it has topics or history (the CLI's own adds record nothing)."""
         self.store()
         return self._recorded_shards is not None or bool(counts) or audit_entries > 0
-
-    def shards(self) -> list[Store]:
-        """Each shard's store: the audit stream, dead set and snapshots are per shard."""
-        store = self.store()
-        if isinstance(store, ShardedStore):
-            return list(store.shards)
-        assert isinstance(store, Store)
-        return [store]
 
     def close(self) -> None:
         if self._clock is not None:

@@ -17,8 +17,6 @@ from actors.cli.output import (
     table,
     usage_error,
 )
-from actors.storage.keys import split_member
-from actors.storage.store import Store
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -36,23 +34,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_dead)
 
 
-def dead_jobs(shards: list[Store], topic: str | None) -> list[tuple[str, str]]:
-    """Every dead (topic, id), optionally of one topic; read in chunks, shard by shard."""
-    found: list[tuple[str, str]] = []
-    for shard in shards:
-        start = 0
-        while True:
-            chunk = shard.client.zrange(shard.keys.dead, start, start + 999)
-            if not chunk:
-                break
-            start += len(chunk)
-            for raw in chunk:
-                key = split_member(raw.decode() if isinstance(raw, bytes) else str(raw))
-                if topic is None or key[0] == topic:
-                    found.append(key)
-    return found
-
-
 def run_dead(ctx: Context, args: argparse.Namespace) -> int:
     if args.id is not None and args.topic is None:
         raise usage_error("dead: --id needs --topic")
@@ -64,7 +45,7 @@ def run_dead(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error(f"dead {args.action}: give either --all or --topic, not both")
     store = ctx.store()
     one = args.id is not None
-    targets = [(args.topic, args.id)] if one else dead_jobs(ctx.shards(), args.topic)
+    targets = [(args.topic, args.id)] if one else list(store.dead_keys(args.topic))
     change = store.requeue_dead if args.action == "requeue" else store.purge_dead
     done = 0
     for start in range(0, len(targets), c.BATCH_MAX_JOBS):

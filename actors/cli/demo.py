@@ -10,6 +10,7 @@ close never succeeds, so it ends dead. What you watch scroll by is the audit str
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import threading
@@ -28,7 +29,6 @@ from actors.errors import RedisServerNotFound
 from actors.job import Job
 from actors.queue import DelayQueue
 from actors.replay import compare, fold
-from actors.storage.keys import ShardKeys
 from actors.storage.topology import RedisClient
 
 TOPIC = "shop.order-timeout"
@@ -36,6 +36,7 @@ DEMO_NAMESPACE = "demo"
 STEPPED_SCHEDULE_S = tuple(ms / 1000 for ms in c.DEFAULT_RETRY_SCHEDULE_MS[:3])  # 15s, 3m, 10m
 FINISH_TIMEOUT_S = 60.0
 STATUS_EVERY_S = 3.0
+POLL_S = 0.2  # how often the ticker reads new events
 
 
 @dataclass
@@ -116,27 +117,26 @@ class Ticker:
         self.thread = threading.Thread(target=self._run, name="redelay-demo-ticker", daemon=True)
 
     def _run(self) -> None:
-        key = ShardKeys(self.queue.namespace).audit  # the demo's namespace has one shard
         last_status = time.monotonic()
         while not self.stop_event.is_set():
             try:
-                self.drain(key, block_ms=200)
+                self.drain()
             except redis.RedisError:
                 return
             if time.monotonic() - last_status >= STATUS_EVERY_S:
                 last_status = time.monotonic()
                 self._status()
+            self.stop_event.wait(POLL_S)
 
-    def drain(self, key: str, block_ms: int | None = None) -> None:
-        reply: Any = self.queue.client.xread({key: self.last_id}, count=500, block=block_ms)
-        for _, entries in reply or []:
-            for raw_id, raw_fields in entries:
-                self.last_id = raw_id.decode()
-                fields = {k.decode(): v.decode() for k, v in raw_fields.items()}
-                self.counts[fields["e"]] += 1
-                line = self.describe(fields)
-                if line:
-                    print(line, file=self.out, flush=True)
+    def drain(self) -> None:
+        """Prints the events written since the last call, read through the store like every
+        other read of the CLI."""
+        for entry_id, fields in self.queue.store.iter_audit(start=f"({self.last_id}"):
+            self.last_id = entry_id
+            self.counts[fields["e"]] += 1
+            line = self.describe(fields)
+            if line:
+                print(line, file=self.out, flush=True)
 
     def describe(self, f: dict[str, str]) -> str | None:
         order = self.shop.orders.get(f["i"])
@@ -174,6 +174,8 @@ class Ticker:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=5)
+        with contextlib.suppress(redis.RedisError):
+            self.drain()  # the events of the last poll interval (the final one, often a death)
 
 
 def clear_namespace(client: RedisClient, namespace: str) -> int:

@@ -173,7 +173,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     counts = store.stats()
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
-    audit_entries = sum(int(shard.client.xlen(shard.keys.audit)) for shard in ctx.shards())
+    audit_entries = store.audit_length()
     used = ctx.namespace_used(counts, audit_entries)
     # A typo in --namespace would otherwise look like an idle queue: say so. The exit stays 0
     # (docs/cli.md): a new deployment's monitoring polls stats before the first job too.

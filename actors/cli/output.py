@@ -230,7 +230,7 @@ def job_json(info: JobInfo) -> dict[str, Any]:
         "attempt": info.attempt,
         "attempts_failed": info.attempts_failed,
         "created_ms": info.created_ms,
-        "body": decode_body(info.body),
+        "body": decode_body(info.body_bytes),
         "callback": info.callback,
         "retry_ms": None if info.retry_ms is None else list(info.retry_ms),
         "lease_token": info.token,
@@ -305,7 +305,7 @@ def describe_job(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
         ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
         ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
         ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
-        ("body", json.dumps(decode_body(info.body), ensure_ascii=False)),
+        ("body", json.dumps(decode_body(info.body_bytes), ensure_ascii=False)),
     ]
     if info.callback:
         rows.append(("callback", info.callback))

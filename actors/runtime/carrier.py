@@ -23,7 +23,6 @@ from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff
 from actors.runtime.messages import Carry, Stats, Wake
 from actors.runtime.notifier import ShardNotifier
-from actors.storage.jobstore import JobStore
 from actors.storage.store import Store
 
 log = logging.getLogger("actors.carrier")
@@ -35,7 +34,7 @@ _ROUNDS_PER_MESSAGE = 20
 class Carrier(RedelayActor):
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         supervisor: pykka.ActorRef[Any] | None = None,
         batch: int = 1_000,

@@ -27,7 +27,6 @@ from actors.runtime._backoff import Backoff
 from actors.runtime.messages import Fetch, Run, SlotsFreed, Stats, StopFetching
 from actors.runtime.notifier import ReadyNotice, ShardNotifier
 from actors.storage.connections import dedicated_client
-from actors.storage.jobstore import JobStore
 from actors.storage.store import Store
 from actors.values import Lease
 
@@ -37,7 +36,7 @@ log = logging.getLogger("actors.listener")
 class TopicListener(RedelayActor):
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         topic: str,
         pool: pykka.ActorRef[Any],
@@ -73,7 +72,7 @@ class TopicListener(RedelayActor):
         self.backstop: Timer | None = None
         self.blocking: redis.Redis | None = None
         if notifier is None:
-            assert isinstance(store, Store), "a sharded store needs a ShardNotifier"
+            assert isinstance(store.client, redis.Redis), "a sharded store needs a ShardNotifier"
             self.ready_key = store.keys.ready(topic)
             self.blocking = dedicated_client(
                 store.client,

@@ -41,7 +41,7 @@ from actors.runtime.messages import (
     SlotsFreed,
     Stats,
 )
-from actors.storage.jobstore import JobStore
+from actors.storage.store import Store
 from actors.values import Lease
 
 log = logging.getLogger("actors.pool")
@@ -60,7 +60,7 @@ class _Running:
 class ConsumerPool(RedelayActor):
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         topic: str,
         handler: Handler,

@@ -17,7 +17,7 @@ from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff
 from actors.runtime.messages import Stats, Sweep
-from actors.storage.jobstore import JobStore
+from actors.storage.store import Store
 
 log = logging.getLogger("actors.sweeper")
 
@@ -28,7 +28,7 @@ _ROUNDS_PER_MESSAGE = 20
 class RetrySweeper(RedelayActor):
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         supervisor: pykka.ActorRef[Any] | None = None,
         *,

@@ -27,8 +27,7 @@ from actors.runtime.pool import ConsumerPool
 from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
 from actors.runtime.sweeper import RetrySweeper
 from actors.runtime.watchdog import Watchdog
-from actors.storage.jobstore import JobStore
-from actors.storage.sharding import ShardedStore
+from actors.storage.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +56,7 @@ class ActorSystem:
 
     def __init__(
         self,
-        store: JobStore,
+        store: Store,
         clock: Clock,
         handlers: list[HandlerSpec],
         settings: SystemSettings,
@@ -72,7 +71,7 @@ class ActorSystem:
         self.coordinator: pykka.ActorRef[Any] | None = None
         # Sharded: one pub/sub connection for every shard's wake and ready notices.
         self.notifier: ShardNotifier | None = None
-        if isinstance(store, ShardedStore):
+        if store.needs_notifier:
             self.notifier = ShardNotifier(store.client, store.wake_channels, store.ready_channels)
 
     def start(self) -> None:

@@ -34,19 +34,13 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from actors.storage.calls import ScriptCall
 from actors.storage.scripts import ScriptRunner, sources
 
 # Redirections and TRYAGAIN during a slot migration last milliseconds; calls are retried this
 # many times, 50 ms apart, before giving up.
 _REDIRECT_ATTEMPTS = 40
 _REDIRECT_PAUSE_S = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptCall:
-    name: str
-    keys: list[str]
-    args: list[Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,56 +1,153 @@
 """The job lifecycle on Redis: one method per Lua transition, typed results, no threads.
 
-Every method is one round trip. Methods that take many jobs take them in one script call
-(add_many, ack_many, fail_many, extend_many, release_many); carry and lease take a bound.
+A namespace is N shards (one by default). Shard ``s`` keeps its keys under the hash tag
+``{ns.s}``; on Redis Cluster the shards' slots spread over the masters. A job's shard is
+``keys.shard_of(topic, id, N)``, so get, cancel and the per-job calls go straight to it.
+
+Each method validates its input and reads the clock once, groups the work by shard, builds one
+script call per shard (actors/storage/calls.py), sends them in one round trip per node
+(:class:`ScriptBatch`) and parses the replies. How each operation covers the shards:
+
+- ``add_many``, ``ack_many``, ``fail_many``, ``extend_many``, ``release_many``, ``requeue_dead``,
+  ``purge_dead``: one script call per shard holding some of the jobs. All-or-nothing holds per
+  shard: when some jobs of an ``add_many`` already exist, the shards holding them add nothing,
+  the other shards add theirs, and :class:`PartialAddError` says which were added.
+- ``carry`` and ``expire`` call every shard; ``limit`` bounds each shard's call.
+- ``lease`` reads every shard's ready-list length, then leases from the non-empty shards in
+  turn, starting one shard further on each call, so no shard starves.
+- reads merge: ``stats`` sums, ``snapshot`` unions (jobs and problems), ``earliest_*`` take the
+  minimum, and ``iter_audit`` merges the shards' streams in time order (see reads.py).
+
+With one shard every transition is one script call, one round trip.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+import functools
+import itertools
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from actors import _constants as c
 from actors import _validation as validation
 from actors.clock import Clock
-from actors.errors import ConfigError, ErrorCode, JobExistsError, ValidationError
-from actors.lifecycle import State
+from actors.errors import (
+    ConfigError,
+    ErrorCode,
+    JobExistsError,
+    NotReplicatedError,
+    PartialAddError,
+    ValidationError,
+)
+from actors.storage import calls, reads
 from actors.storage import codec as _record
-from actors.storage.keys import ShardKeys, member, split_member
-from actors.storage.scripts import ScriptRunner
-from actors.values import AuditRetention, JobInfo, Lease, NewJob, Snapshot, TopicConfig
+from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
+from actors.storage.keys import ShardKeys, member, shard_of
+from actors.storage.namespace_config import SHARDS_MAX, ensure_retention, ensure_shards
+from actors.storage.script_batch import ScriptBatch, WaitFor
+from actors.values import (
+    AuditRetention,
+    Durability,
+    JobInfo,
+    Lease,
+    NewJob,
+    Snapshot,
+    TopicConfig,
+)
+
+log = logging.getLogger("actors.store")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Entry = tuple[str, dict[str, str]]
 
 
-def _s(value: Any) -> str:
-    """Redis replies as text (redis-py's reply types are loose, hence Any)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+class ClusterUnavailableError(redis.exceptions.ClusterError):
+    """The cluster could not serve a shard (e.g. its slot is uncovered during a failover).
+
+    A RedisError, so actors back off and retry as for any other Redis trouble.
+    """
+
+
+def _cluster_errors(method: Callable[P, T]) -> Callable[P, T]:
+    """redis-py raises RedisClusterException (not a RedisError) when slots are uncovered."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise ClusterUnavailableError(str(exc)) from exc
+
+    return wrapper
+
+
+def ready_channel(keys: ShardKeys) -> str:
+    """The shard's pub/sub channel for ready notices (published by the scripts in lua/)."""
+    return keys.prefix + "ready"
 
 
 class Store:
-    """One shard of a namespace. Thread-safe as far as the redis client is (redis-py's pool is)."""
+    """Every shard of a namespace. Thread-safe as far as the redis client is."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         namespace: str,
         clock: Clock,
         *,
-        shard: int = 0,
+        shards: int = 1,
         retention: AuditRetention | None = None,
         default_topic_config: TopicConfig | None = None,
+        durability: Durability | None = None,
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ConfigError("redelay needs a redis client with decode_responses=False")
-        self.client = client
+        validation.count(shards, "shards", SHARDS_MAX)
+        # Typed as the plain client, as callers use it: every command the store sends has the
+        # same method on redis-py's RedisCluster.
+        self.client: redis.Redis = client  # type: ignore[assignment]
         self.namespace = validation.namespace(namespace)
-        self.keys = ShardKeys(self.namespace, shard)
         self.clock = clock
         self.retention = retention or AuditRetention()
         self.default_topic_config = default_topic_config or TopicConfig()
-        self.topic_configs: dict[str, TopicConfig] = {}
-        self._run = ScriptRunner(client)
+        self.topic_configs: dict[str, TopicConfig] = {}  # this process's topic defaults
+        self.durability = durability
+        self.shard_keys = [ShardKeys(self.namespace, s) for s in range(shards)]
+        self.keys = self.shard_keys[0]  # the only shard's keys, for one-shard callers
+        self._batch = ScriptBatch(client)
+        self._rotation: dict[str, Iterator[int]] = defaultdict(itertools.count)
+        self._rotation_lock = threading.Lock()
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.shard_keys)
+
+    @property
+    def needs_notifier(self) -> bool:
+        """Listeners cannot block on one ready list (several shards, a cluster, or durable
+        writes): the process's ShardNotifier tells them when jobs are ready."""
+        return (
+            len(self.shard_keys) > 1
+            or isinstance(self.client, RedisCluster)
+            or self.durability is not None
+        )
+
+    @property
+    def wake_channels(self) -> list[str]:
+        return [k.wake_channel for k in self.shard_keys]
+
+    @property
+    def ready_channels(self) -> list[str]:
+        return [ready_channel(k) for k in self.shard_keys]
 
     # -- building jobs ----------------------------------------------------------------------
 
@@ -88,37 +185,18 @@ class Store:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _common(self, now_ms: int) -> list[Any]:
+    def _now(self) -> CallTime:
+        """The clock, read once for every shard's call of one operation."""
+        now_ms = self.clock.now_ms()
         kind, threshold = self.retention.args(now_ms)
-        return [now_ms, kind, threshold, self.keys.prefix]
+        return CallTime(now_ms, kind, threshold)
 
     def _topic_config_blob(self, topic: str) -> bytes:
         config = self.topic_configs.get(topic, self.default_topic_config)
         return _record.pack_topic_config(config.retry_ms, config.lease_ms)
 
-    def _job_args(self, jobs: Sequence[NewJob], now_ms: int) -> list[Any]:
-        seen: set[tuple[str, str]] = set()
-        args: list[Any] = []
-        blobs: dict[str, bytes] = {}
-        for job in jobs:
-            key = (job.topic, job.id)
-            if key in seen:
-                raise ValidationError(
-                    "jobs",
-                    f"{job.topic}/{job.id} appears twice in one batch",
-                    "each (topic, id) once per call",
-                )
-            seen.add(key)
-            if job.topic not in blobs:
-                blobs[job.topic] = self._topic_config_blob(job.topic)
-            record = _record.pack(
-                job.body, job.due_ms, now_ms, job.retry_ms, job.lease_ms, job.callback
-            )
-            args += [member(job.topic, job.id), job.due_ms, record, blobs[job.topic]]
-        return args
-
     @staticmethod
-    def _batch(items: Sequence[Any], field_name: str) -> None:
+    def _batch_limit(items: Sequence[Any], field_name: str) -> None:
         if len(items) > c.BATCH_MAX_JOBS:
             raise ValidationError(
                 field_name, f"has {len(items)} jobs", f"{c.BATCH_MAX_JOBS} per call"
@@ -129,16 +207,55 @@ class Store:
         """The member of a job named by a caller; checked, so a bad name writes no event."""
         return member(validation.topic(topic), validation.job_id(job_id))
 
-    # -- transitions ------------------------------------------------------------------------
+    def _shard_of(self, topic: str, job_id: str) -> int:
+        return shard_of(topic, job_id, len(self.shard_keys))
 
+    def _group(self, items: Sequence[tuple[Any, ...]]) -> dict[int, list[int]]:
+        """Indexes of ``items`` (tuples starting with topic, id) per shard, in input order."""
+        groups: dict[int, list[int]] = defaultdict(list)
+        for n, item in enumerate(items):
+            groups[self._shard_of(str(item[0]), str(item[1]))].append(n)
+        return groups
+
+    def _run(self, shard_calls: dict[int, ScriptCall]) -> dict[int, Any]:
+        """Each shard's reply; raises the first error after every call was tried."""
+        replies = self._batch.run(list(shard_calls.values()))
+        return dict(zip(shard_calls, replies, strict=True))
+
+    def _per_job(
+        self,
+        items: Sequence[Any],
+        rows: Sequence[Any],
+        build: Callable[[ShardKeys, CallTime, list[Any]], ScriptCall],
+        parse: Callable[[Any], list[T]],
+    ) -> list[T]:
+        """One call per shard with its share of ``rows`` (built from ``items``, which start with
+        topic and id); the parsed per-job results in input order."""
+        groups = self._group(items)
+        at = self._now()
+        replies = self._run(
+            {s: build(self.shard_keys[s], at, [rows[n] for n in idx]) for s, idx in groups.items()}
+        )
+        results: list[T | None] = [None] * len(items)
+        for shard, indexes in groups.items():
+            for n, value in zip(indexes, parse(replies[shard]), strict=True):
+                results[n] = value
+        return results  # type: ignore[return-value]  # every index was filled
+
+    # -- topic defaults ---------------------------------------------------------------------
+
+    @_cluster_errors
     def configure_topic(self, topic: str, config: TopicConfig) -> None:
-        """Stores the topic's defaults (retry schedule, lease) for every process to use."""
+        """Stores the topic's defaults in every shard (the lease script reads its own shard's)."""
         validation.topic(topic)
         validation.schedule_ms(config.retry_ms)
         validation.lease_ms(config.lease_ms)
         self.topic_configs[topic] = config
-        self.client.hset(self.keys.topics, topic, self._topic_config_blob(topic))
+        blob = self._topic_config_blob(topic)
+        for keys in self.shard_keys:
+            self.client.hset(keys.topics, topic, blob)
 
+    @_cluster_errors
     def stored_topic_config(self, topic: str) -> TopicConfig | None:
         blob = self.client.hget(self.keys.topics, topic)
         if blob is None:
@@ -146,67 +263,161 @@ class Store:
         retry_ms, lease_ms = _record.unpack_topic_config(bytes(blob))  # type: ignore[arg-type]
         return TopicConfig(retry_ms, lease_ms)
 
-    def add_many(self, jobs: Sequence[NewJob], *, replace: bool = False) -> list[str]:
-        """Adds jobs in one round trip, all or nothing.
+    # -- transitions ------------------------------------------------------------------------
 
-        Without ``replace`` an existing (topic, id) raises JobExistsError and nothing is added.
-        With it, returns per job the state it had before ("new" when it did not exist).
+    @_cluster_errors
+    def add_many(self, jobs: Sequence[NewJob], *, replace: bool = False) -> list[str]:
+        """Adds jobs, one script call per shard in one round trip; all or nothing per shard.
+
+        Without ``replace`` an existing (topic, id) raises JobExistsError (PartialAddError when
+        other shards added theirs). With it, returns per job the state it had before ("new"
+        when it did not exist). With durability set, returns once the replicas acknowledged,
+        or raises NotReplicatedError (the jobs are on the master).
         """
         if not jobs:
             return []
-        self._batch(jobs, "jobs")
-        now = self.clock.now_ms()
-        args = [*self._common(now), self.keys.wake_channel, len(jobs)]
-        args += self._job_args(jobs, now)
-        k = self.keys
-        if replace:
-            keys = [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit]
-            return [_s(x) for x in self._run("replace", keys, args)]
-        result = self._run("add", [k.jobs, k.delayed, k.topics, k.counts, k.audit], args)
-        if int(result[0]) == ErrorCode.EXISTS:
-            raise JobExistsError([split_member(_s(m)) for m in result[1:]])
-        return ["new"] * len(jobs)
+        self._batch_limit(jobs, "jobs")
+        seen: set[tuple[str, str]] = set()
+        for job in jobs:
+            key = (job.topic, job.id)
+            if key in seen:
+                raise ValidationError(
+                    "jobs",
+                    f"{job.topic}/{job.id} appears twice in one batch",
+                    "each (topic, id) once per call",
+                )
+            seen.add(key)
+        blobs = {topic: self._topic_config_blob(topic) for topic in {j.topic for j in jobs}}
+        groups = self._group([(j.topic, j.id) for j in jobs])
+        at = self._now()
+        shard_calls = {
+            s: calls.add(self.shard_keys[s], at, [jobs[n] for n in idx], blobs, replace=replace)
+            for s, idx in groups.items()
+        }
+        acked: int | None = None
+        if self.durability is None:
+            replies = self._run(shard_calls)
+        else:
+            wait = WaitFor(self.durability.replicas, self.durability.timeout_ms)
+            sent, acked = self._batch.run_durable(list(shard_calls.values()), wait)
+            replies = dict(zip(shard_calls, sent, strict=True))
+        results: list[str] = ["new"] * len(jobs)
+        existing: list[tuple[str, str]] = []
+        added: list[tuple[str, str]] = []
+        for shard, indexes in groups.items():
+            if replace:
+                states = calls.states_before(replies[shard])
+            else:
+                found = calls.existing_jobs(replies[shard])
+                if found:
+                    existing += found
+                    continue
+                states = ["new"] * len(indexes)
+            for n, state in zip(indexes, states, strict=True):
+                results[n] = state
+                added.append((jobs[n].topic, jobs[n].id))
+        if existing:
+            if len(groups) == 1:
+                raise JobExistsError(existing)
+            raise PartialAddError(existing, added)
+        if self.durability is not None and acked is not None and acked < self.durability.replicas:
+            raise NotReplicatedError(added, acked, self.durability.replicas, results)
+        return results
 
     def add(self, job: NewJob, *, replace: bool = False) -> str:
         return self.add_many([job], replace=replace)[0]
 
+    @_cluster_errors
     def carry(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
-        """Moves up to ``limit`` due jobs to ready lists. Returns (moved, next due ms or None)."""
-        validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
-        k = self.keys
-        now = self.clock.now_ms()
-        moved, next_due = self._run(
-            "carry", [k.delayed, k.jobs, k.counts, k.audit], [*self._common(now), limit]
-        )
-        return int(moved), (None if int(next_due) < 0 else int(next_due))
+        """Moves up to ``limit`` due jobs per shard to ready lists.
 
+        Returns (moved, next due ms or None).
+        """
+        validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
+        return self._sweep(calls.carry, limit)
+
+    @_cluster_errors
+    def expire(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
+        """Recovers up to ``limit`` expired leases per shard.
+
+        Returns (count, next deadline ms or None).
+        """
+        validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
+        return self._sweep(calls.expire, limit)
+
+    def _sweep(
+        self, build: Callable[[ShardKeys, CallTime, int], ScriptCall], limit: int
+    ) -> tuple[int, int | None]:
+        at = self._now()
+        replies = self._run({s: build(k, at, limit) for s, k in enumerate(self.shard_keys)})
+        moved, next_at = 0, None
+        for reply in replies.values():
+            count, next_ms = calls.count_and_next(reply)
+            moved += count
+            if next_ms is not None and (next_at is None or next_ms < next_at):
+                next_at = next_ms
+        return moved, next_at
+
+    @_cluster_errors
     def lease(self, topic: str, limit: int, consumer: str = "") -> list[Lease]:
-        """Leases up to ``limit`` ready jobs of ``topic``, oldest first, in one round trip."""
+        """Leases up to ``limit`` ready jobs of ``topic``, oldest first per shard.
+
+        One round trip with one shard. With more, two: the ready lists' lengths, then one lease
+        call per non-empty shard, each asking for no more than its list held, so together they
+        never exceed ``limit``. The shard served first moves on by one each call. When some
+        shards fail, the jobs leased from the others are still returned (dropping them would
+        strand them until their leases expire).
+        """
         validation.topic(topic)
         validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
-        k = self.keys
-        now = self.clock.now_ms()
-        keys = [k.ready(topic), k.jobs, k.leased, k.tokens, k.topics, k.counts, k.seq, k.audit]
-        flat = self._run("lease", keys, [*self._common(now), topic, limit, consumer])
-        leases = []
-        for j in range(0, len(flat), 4):
-            record = _record.unpack(flat[j + 3])
-            _, job_id = split_member(_s(flat[j]))
-            leases.append(
-                Lease(
-                    topic=topic,
-                    id=job_id,
-                    token=_s(flat[j + 1]),
-                    deadline_ms=int(flat[j + 2]),
-                    body=record["b"],
-                    attempt=int(record.get("a", 0)) + 1,
-                    due_ms=int(record["d"]),
-                    callback=record.get("c"),
-                    lease_ms=record.get("l"),
-                )
+        if len(self.shard_keys) == 1:
+            reply = self._batch.run([calls.lease(self.keys, self._now(), topic, limit, consumer)])
+            return calls.leases(topic, reply[0])
+        wanted = self._lease_shares(topic, limit)
+        if not wanted:
+            return []
+        at = self._now()
+        shard_calls = [
+            calls.lease(self.shard_keys[s], at, topic, n, consumer) for s, n in wanted.items()
+        ]
+        replies = self._batch.run(shard_calls, raise_errors=len(shard_calls) <= 1)
+        found: list[Lease] = []
+        errors: list[Exception] = []
+        for reply in replies:  # rotation order
+            if isinstance(reply, Exception):
+                errors.append(reply)
+            else:
+                found += calls.leases(topic, reply)
+        if errors and not found:
+            raise errors[0]
+        if errors:
+            log.warning(
+                "lease %s: %d shards failed (%s); kept the others' jobs",
+                topic,
+                len(errors),
+                errors[0],
             )
-        return leases
+        return found
 
+    def _lease_shares(self, topic: str, limit: int) -> dict[int, int]:
+        """How many to lease from each non-empty shard, in this call's rotation order."""
+        pipe = self.client.pipeline(transaction=False)
+        for keys in self.shard_keys:
+            pipe.llen(keys.ready(topic))
+        lengths = [int(n) for n in pipe.execute()]
+        shards = len(self.shard_keys)
+        with self._rotation_lock:
+            start = next(self._rotation[topic]) % shards
+        wanted: dict[int, int] = {}
+        left = limit
+        for step in range(shards):
+            shard = (start + step) % shards
+            if lengths[shard] and left:
+                wanted[shard] = min(lengths[shard], left)
+                left -= wanted[shard]
+        return wanted
+
+    @_cluster_errors
     def ack_many(
         self, acks: Sequence[tuple[str, str, str] | tuple[str, str, str, str]], detail: str = ""
     ) -> list[ErrorCode]:
@@ -216,18 +427,21 @@ class Store:
         """
         if not acks:
             return []
-        self._batch(acks, "acks")
-        k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(acks)]
-        for ack in acks:
-            note = ack[3] if len(ack) == 4 else detail
-            args += [self._member(ack[0], ack[1]), ack[2], validation.reason(note)]
-        result = self._run("ack", [k.jobs, k.leased, k.tokens, k.counts, k.audit], args)
-        return [ErrorCode(int(x)) for x in result]
+        self._batch_limit(acks, "acks")
+        rows = [
+            (
+                self._member(a[0], a[1]),
+                a[2],
+                validation.reason(a[3] if len(a) == 4 else detail),
+            )
+            for a in acks
+        ]
+        return self._per_job(acks, rows, calls.ack, calls.error_codes)
 
     def ack(self, topic: str, job_id: str, token: str, detail: str = "") -> ErrorCode:
         return self.ack_many([(topic, job_id, token)], detail)[0]
 
+    @_cluster_errors
     def fail_many(
         self, failures: Sequence[tuple[str, str, str, str, int | None]]
     ) -> list[str | ErrorCode]:
@@ -237,34 +451,36 @@ class Store:
         """
         if not failures:
             return []
-        self._batch(failures, "failures")
-        k = self.keys
-        args = [*self._common(self.clock.now_ms()), k.wake_channel, len(failures)]
-        for topic, job_id, token, why, after_ms in failures:
-            after = -1 if after_ms is None else validation.delay_ms(after_ms, "retry_after")
-            args += [self._member(topic, job_id), token, validation.reason(why), after]
-        keys = [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit]
-        return [
-            ErrorCode(int(x)) if isinstance(x, int) else _s(x)
-            for x in self._run("fail", keys, args)
+        self._batch_limit(failures, "failures")
+        rows = [
+            (
+                self._member(topic, job_id),
+                token,
+                validation.reason(why),
+                -1 if after_ms is None else validation.delay_ms(after_ms, "retry_after"),
+            )
+            for topic, job_id, token, why, after_ms in failures
         ]
+        return self._per_job(failures, rows, calls.fail, calls.fail_outcomes)
 
     def fail(
         self, topic: str, job_id: str, token: str, reason: str, retry_after_ms: int | None = None
     ) -> str | ErrorCode:
         return self.fail_many([(topic, job_id, token, reason, retry_after_ms)])[0]
 
+    @_cluster_errors
     def extend_many(self, extensions: Sequence[tuple[str, str, str, int]]) -> list[int]:
         """Extends (topic, id, token, extend_ms) leases. Per job: new deadline ms or error code."""
         if not extensions:
             return []
-        self._batch(extensions, "extensions")
-        k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(extensions)]
-        for topic, job_id, token, extend_ms in extensions:
-            args += [self._member(topic, job_id), token, validation.lease_ms(extend_ms, "extend")]
-        return [int(x) for x in self._run("extend", [k.jobs, k.leased, k.tokens, k.audit], args)]
+        self._batch_limit(extensions, "extensions")
+        rows = [
+            (self._member(topic, job_id), token, validation.lease_ms(extend_ms, "extend"))
+            for topic, job_id, token, extend_ms in extensions
+        ]
+        return self._per_job(extensions, rows, calls.extend, calls.integers)
 
+    @_cluster_errors
     def release_many(self, releases: Sequence[tuple[str, str, str]]) -> list[int]:
         """Gives (topic, id, token) leases back to the front of the ready list, no attempt counted.
 
@@ -272,243 +488,169 @@ class Store:
         """
         if not releases:
             return []
-        self._batch(releases, "releases")
-        k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(releases)]
-        for topic, job_id, token in releases:
-            args += [self._member(topic, job_id), token]
-        return [
-            int(x)
-            for x in self._run("release", [k.jobs, k.leased, k.tokens, k.counts, k.audit], args)
-        ]
+        self._batch_limit(releases, "releases")
+        rows = [(self._member(topic, job_id), token) for topic, job_id, token in releases]
+        return self._per_job(releases, rows, calls.release, calls.integers)
 
-    def expire(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
-        """Recovers up to ``limit`` expired leases. Returns (count, next deadline ms or None)."""
-        validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
-        k = self.keys
-        keys = [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit]
-        args = [*self._common(self.clock.now_ms()), k.wake_channel, limit]
-        count, next_deadline = self._run("expire", keys, args)
-        return int(count), (None if int(next_deadline) < 0 else int(next_deadline))
-
-    def cancel(self, topic: str, job_id: str) -> Literal["missing", "removed", "requested"]:
+    @_cluster_errors
+    def cancel(self, topic: str, job_id: str) -> CancelOutcome:
         """Cancels a job: removed when delayed, ready or dead; marked when leased."""
-        validation.topic(topic)
-        validation.job_id(job_id)
-        k = self.keys
-        keys = [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts, k.audit]
-        code = int(
-            self._run("cancel", keys, [*self._common(self.clock.now_ms()), member(topic, job_id)])
-        )
-        outcomes: tuple[Literal["missing", "removed", "requested"], ...] = (
-            "missing",
-            "removed",
-            "requested",
-        )
-        return outcomes[code]
+        job = self._member(topic, job_id)
+        keys = self.shard_keys[self._shard_of(topic, job_id)]
+        (reply,) = self._batch.run([calls.cancel(keys, self._now(), job)])
+        return calls.cancel_outcome(reply)
 
+    @_cluster_errors
     def requeue_dead(self, jobs: Sequence[tuple[str, str]]) -> int:
         """Gives dead jobs a fresh start (attempts reset, due now). Returns how many moved."""
-        if not jobs:
-            return 0
-        self._batch(jobs, "jobs")
-        k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(jobs)]
-        args += [self._member(t, i) for t, i in jobs]
-        return sum(
-            int(x)
-            for x in self._run("requeue", [k.jobs, k.dead, k.delayed, k.counts, k.audit], args)
-        )
+        return self._dead_jobs(jobs, calls.requeue)
 
+    @_cluster_errors
     def purge_dead(self, jobs: Sequence[tuple[str, str]]) -> int:
         """Deletes dead jobs. Returns how many were deleted."""
+        return self._dead_jobs(jobs, calls.purge)
+
+    def _dead_jobs(
+        self,
+        jobs: Sequence[tuple[str, str]],
+        build: Callable[[ShardKeys, CallTime, Sequence[str]], ScriptCall],
+    ) -> int:
         if not jobs:
             return 0
-        self._batch(jobs, "jobs")
-        k = self.keys
-        args = [*self._common(self.clock.now_ms()), len(jobs)]
-        args += [self._member(t, i) for t, i in jobs]
-        return sum(int(x) for x in self._run("purge", [k.jobs, k.dead, k.counts, k.audit], args))
+        self._batch_limit(jobs, "jobs")
+        members = [self._member(t, i) for t, i in jobs]
+        groups = self._group(jobs)
+        at = self._now()
+        replies = self._run(
+            {
+                s: build(self.shard_keys[s], at, [members[n] for n in idx])
+                for s, idx in groups.items()
+            }
+        )
+        return sum(calls.total(reply) for reply in replies.values())
 
     # -- reads ------------------------------------------------------------------------------
 
+    @_cluster_errors
     def get(self, topic: str, job_id: str) -> JobInfo | None:
-        validation.topic(topic)
-        validation.job_id(job_id)
-        k = self.keys
-        result = self._run(
-            "inspect",
-            [k.jobs, k.delayed, k.leased, k.tokens, k.dead],
-            [*self._common(self.clock.now_ms()), member(topic, job_id)],
-        )
-        if not result:
-            return None
-        state, blob, token, deadline, dead_since = result
-        return self._info(
-            topic,
-            job_id,
-            State(_s(state)),
-            _record.unpack(blob),
-            _s(token) or None,
-            None if int(deadline) < 0 else int(deadline),
-            None if int(dead_since) < 0 else int(dead_since),
-        )
+        job = self._member(topic, job_id)
+        keys = self.shard_keys[self._shard_of(topic, job_id)]
+        (reply,) = self._batch.run([calls.inspect(keys, self._now(), job)])
+        return calls.inspected(topic, job_id, reply)
 
-    @staticmethod
-    def _info(
-        topic: str,
-        job_id: str,
-        state: State,
-        record: dict[str, Any],
-        token: str | None,
-        deadline: int | None,
-        dead_since: int | None,
-    ) -> JobInfo:
-        retry = record.get("r")
-        return JobInfo(
-            topic=topic,
-            id=job_id,
-            state=state,
-            due_ms=int(record["d"]),
-            attempt=int(record.get("a", 0)) + (0 if state == "dead" else 1),
-            attempts_failed=int(record.get("a", 0)),
-            body=record["b"],
-            created_ms=int(record.get("n", 0)),
-            token=token,
-            lease_deadline_ms=deadline,
-            dead_since_ms=dead_since,
-            cancel_requested=bool(record.get("x")),
-            callback=record.get("c"),
-            retry_ms=None if retry is None else tuple(int(x) for x in retry),
-        )
-
+    @_cluster_errors
     def topics(self) -> list[str]:
-        return sorted(_s(t) for t in self.client.hkeys(self.keys.topics))
+        return sorted({decoded(t) for k in self.shard_keys for t in self.client.hkeys(k.topics)})
 
+    @_cluster_errors
     def stats(self) -> dict[str, dict[str, int]]:
         """Jobs per topic and state, from the counters the scripts keep (O(topics))."""
         counts: dict[str, dict[str, int]] = {}
         for name in self.topics():
             counts[name] = {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
-        for raw_field, raw_value in self.client.hgetall(self.keys.counts).items():
-            topic, _, state = _s(raw_field).rpartition("|")
-            counts.setdefault(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
-            counts[topic][state] = int(raw_value)
+        for keys in self.shard_keys:
+            for raw_field, raw_value in self.client.hgetall(keys.counts).items():
+                topic, _, state = decoded(raw_field).rpartition("|")
+                into = counts.setdefault(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
+                into[state] = into.get(state, 0) + int(raw_value)
         return counts
 
+    @_cluster_errors
     def dead(self, topic: str | None = None, limit: int = 100) -> list[JobInfo]:
         """Dead jobs, oldest death first (optionally of one topic)."""
         found: list[JobInfo] = []
-        start = 0
-        while len(found) < limit:
-            chunk = self.client.zrange(self.keys.dead, start, start + 499)
-            if not chunk:
-                break
-            start += len(chunk)
-            for raw in chunk:
-                t, i = split_member(_s(raw))
-                if topic is not None and t != topic:
-                    continue
+        for keys in self.shard_keys:
+            shard_found = 0
+            for t, i in reads.dead_keys(self.client, [keys], topic, 500):
                 info = self.get(t, i)
                 if info is not None:
                     found.append(info)
-                if len(found) >= limit:
+                    shard_found += 1
+                if shard_found >= limit:
                     break
-        return found
+        found.sort(key=lambda info: info.dead_since_ms or 0)
+        return found[:limit]
 
+    @_cluster_errors
     def earliest_due_ms(self) -> int | None:
-        first = self.client.zrange(self.keys.delayed, 0, 0, withscores=True)
-        return int(first[0][1]) if first else None
+        return self._earliest(lambda keys: keys.delayed)
 
+    @_cluster_errors
     def earliest_deadline_ms(self) -> int | None:
-        first = self.client.zrange(self.keys.leased, 0, 0, withscores=True)
-        return int(first[0][1]) if first else None
+        return self._earliest(lambda keys: keys.leased)
 
+    def _earliest(self, zset: Callable[[ShardKeys], str]) -> int | None:
+        firsts = [self.client.zrange(zset(k), 0, 0, withscores=True) for k in self.shard_keys]
+        return min((int(first[0][1]) for first in firsts if first), default=None)
+
+    @_cluster_errors
     def snapshot(self) -> Snapshot:
-        """Reads every job and where it is; O(jobs). Used by verify and the tests.
+        """Every job and where it is, each shard read in one MULTI; O(jobs). For verify and
+        the tests: ``problems`` names jobs the scripts could never have left as they are."""
+        return reads.merge_snapshots(
+            reads.read_snapshot(self.client, keys)[0] for keys in self.shard_keys
+        )
 
-        Everything but the list of topics is read in one MULTI, so the picture is consistent
-        unless a new topic appears in between (verify retries when the stream moved meanwhile).
-        A delayed job's due time is its score in the delayed set: that is what carry acts on.
-        """
-        k = self.keys
-        topics = [_s(t) for t in self.client.hkeys(k.topics)]
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(k.jobs)
-        pipe.zrange(k.delayed, 0, -1, withscores=True)
-        pipe.zrange(k.leased, 0, -1, withscores=True)
-        pipe.hgetall(k.tokens)
-        pipe.zrange(k.dead, 0, -1, withscores=True)
-        for t in topics:
-            pipe.lrange(k.ready(t), 0, -1)
-        jobs_raw, delayed, leased, tokens_raw, dead, *ready_lists = pipe.execute()
-        places: dict[str, list[str]] = {}
-        where: dict[str, State] = {}
+    @_cluster_errors
+    def snapshot_with_audit_position(self, shard: int = 0) -> tuple[Snapshot, str | None]:
+        """One shard's snapshot and the id of the last audit entry it reflects (None: empty)."""
+        return reads.read_snapshot(self.client, self.shard_keys[shard])
 
-        def put(raw: Any, state: State, place: str) -> None:
-            name = _s(raw)
-            places.setdefault(name, []).append(place)
-            where[name] = state
+    def dead_keys(self, topic: str | None = None, chunk: int = 1_000) -> Iterator[tuple[str, str]]:
+        """Every dead (topic, id) of every shard, optionally of one topic, read in chunks."""
+        return reads.dead_keys(self.client, self.shard_keys, topic, chunk)
 
-        for raw, _ in delayed:
-            put(raw, State.DELAYED, "delayed")
-        for t, lst in zip(topics, ready_lists, strict=True):
-            for raw in lst:
-                put(raw, State.READY, f"ready:{t}")
-        for raw, _ in leased:
-            put(raw, State.LEASED, "leased")
-        for raw, _ in dead:
-            put(raw, State.DEAD, "dead")
-        due = {_s(m): int(s) for m, s in delayed}
-        deadlines = {_s(m): int(s) for m, s in leased}
-        dead_since = {_s(m): int(s) for m, s in dead}
-        tokens = {_s(m): _s(v) for m, v in tokens_raw.items()}
-        records = {_s(m): blob for m, blob in jobs_raw.items()}
-        snapshot = Snapshot()
+    @_cluster_errors
+    def audit_length(self, shard: int | None = None) -> int:
+        """Entries in every shard's audit stream, or in one shard's."""
+        keys = self.shard_keys if shard is None else [self.shard_keys[shard]]
+        return reads.audit_length(self.client, keys)
 
-        def problem(name: str, text: str) -> None:
-            snapshot.problems.setdefault(split_member(name), []).append(text)
-
-        for name, blob in records.items():
-            t, i = split_member(name)
-            state = where.get(name, State.READY)
-            info = self._info(
-                t,
-                i,
-                state,
-                _record.unpack(blob),
-                tokens.get(name),
-                deadlines.get(name),
-                dead_since.get(name),
-            )
-            if state == "delayed" and info.due_ms != due[name]:
-                info = dataclasses.replace(info, due_ms=due[name])
-            snapshot.jobs[(t, i)] = info
-            found = places.get(name, [])
-            if len(found) != 1:
-                problem(name, f"in {' and '.join(found) or 'no structure'}")
-            if (name in tokens) != (name in deadlines):
-                problem(name, "has a lease token but no deadline, or the reverse")
-        for name, found in places.items():
-            if name not in records:
-                problem(name, f"in {' and '.join(found)} without a record")
-        for name in tokens:
-            if name not in records:
-                problem(name, "has a lease token without a record")
-        return snapshot
-
+    @_cluster_errors
     def audit_entries(
         self, start: str = "-", end: str = "+", count: int | None = None
-    ) -> list[tuple[str, dict[str, str]]]:
-        raw: Any = self.client.xrange(self.keys.audit, start, end, count=count)
-        return [(_s(eid), {_s(f): _s(v) for f, v in fields.items()}) for eid, fields in raw]
+    ) -> list[Entry]:
+        """Each shard's entries from ``start`` to ``end`` (entry ids, at most ``count`` per
+        shard), merged in time order."""
+        return list(
+            reads.merge_audit(
+                reads.audit_entries(self.client, k, start, end, count) for k in self.shard_keys
+            )
+        )
 
-    def iter_audit(self, chunk: int = 5_000) -> Iterable[tuple[str, dict[str, str]]]:
-        """Every audit entry, oldest first, read in chunks."""
-        start = "-"
-        while True:
-            entries = self.audit_entries(start, "+", chunk)
-            yield from entries
-            if len(entries) < chunk:
-                return
-            start = "(" + entries[-1][0]
+    def iter_audit(self, chunk: int = 5_000, *, start: str = "-") -> Iterator[Entry]:
+        """Every shard's audit entries from ``start`` (an entry id, or "<ms>-0" for a time),
+        merged in time order, read ``chunk`` at a time."""
+        return reads.merge_audit(
+            reads.iter_shard_audit(self.client, k, "+", chunk, start=start) for k in self.shard_keys
+        )
+
+    def iter_shard_audit(
+        self, shard: int = 0, end: str = "+", chunk: int = 5_000, *, start: str = "-"
+    ) -> Iterator[Entry]:
+        """One shard's audit entries from ``start`` to ``end`` (entry ids, inclusive), oldest
+        first, read ``chunk`` at a time."""
+        return reads.iter_shard_audit(self.client, self.shard_keys[shard], end, chunk, start=start)
+
+
+def open_store(
+    client: redis.Redis | RedisCluster,
+    namespace: str,
+    clock: Clock,
+    *,
+    shards: int | None = None,
+    durability: Durability | None = None,
+    retention: AuditRetention | None = None,
+    default_topic_config: TopicConfig | None = None,
+) -> Store:
+    """The store for a namespace: checks (or records) its shard count and retention first."""
+    count = ensure_shards(client, namespace, shards)
+    return Store(
+        client,
+        namespace,
+        clock,
+        shards=count,
+        retention=ensure_retention(client, namespace, retention),
+        default_topic_config=default_topic_config,
+        durability=durability,
+    )

@@ -1,0 +1,290 @@
+"""Script calls, built and parsed apart from running them: no Redis here.
+
+For each Lua script in lua/ a *builder* turns a transition's checked arguments into one shard's
+call (keys and argv, as the script's header comment lists them), and a *parser* turns that call's
+reply into a typed result. The store does the rest: it validates and reads the clock once, groups
+the work by shard, builds one call per shard, sends them through
+:class:`actors.storage.script_batch.ScriptBatch` and parses the replies. Because building and
+parsing do no I/O, nothing is computed twice and a call can be checked without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from actors.errors import ErrorCode
+from actors.lifecycle import State
+from actors.storage import codec
+from actors.storage.keys import ShardKeys, member, split_member
+from actors.values import JobInfo, Lease, NewJob
+
+CancelOutcome = Literal["missing", "removed", "requested"]
+_CANCEL_OUTCOMES: tuple[CancelOutcome, ...] = ("missing", "removed", "requested")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    name: str
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CallTime:
+    """What every script call of one store operation shares: the clock read once, and the audit
+    stream's trim (ARGV[1..3]; ARGV[4] is the shard's key prefix, see _lib.lua)."""
+
+    now_ms: int
+    trim_kind: str
+    trim_threshold: str
+
+    def common(self, keys: ShardKeys) -> list[Any]:
+        return [self.now_ms, self.trim_kind, self.trim_threshold, keys.prefix]
+
+
+def decoded(value: Any) -> str:
+    """A Redis reply as text (redis-py's reply types are loose, hence Any)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- builders: one shard's call ---------------------------------------------------------------
+
+
+def add(
+    keys: ShardKeys,
+    at: CallTime,
+    jobs: Sequence[NewJob],
+    topic_configs: dict[str, bytes],
+    *,
+    replace: bool,
+) -> ScriptCall:
+    """``topic_configs`` holds each topic's packed defaults (the scripts store them if unset)."""
+    args = [*at.common(keys), keys.wake_channel, len(jobs)]
+    for job in jobs:
+        record = codec.pack(
+            job.body, job.due_ms, at.now_ms, job.retry_ms, job.lease_ms, job.callback
+        )
+        args += [member(job.topic, job.id), job.due_ms, record, topic_configs[job.topic]]
+    k = keys
+    if replace:
+        return ScriptCall(
+            "replace",
+            [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit],
+            args,
+        )
+    return ScriptCall("add", [k.jobs, k.delayed, k.topics, k.counts, k.audit], args)
+
+
+def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
+    k = keys
+    return ScriptCall("carry", [k.delayed, k.jobs, k.counts, k.audit], [*at.common(k), limit])
+
+
+def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
+    k = keys
+    return ScriptCall(
+        "expire",
+        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit],
+        [*at.common(k), k.wake_channel, limit],
+    )
+
+
+def lease(keys: ShardKeys, at: CallTime, topic: str, limit: int, consumer: str) -> ScriptCall:
+    k = keys
+    return ScriptCall(
+        "lease",
+        [k.ready(topic), k.jobs, k.leased, k.tokens, k.topics, k.counts, k.seq, k.audit],
+        [*at.common(k), topic, limit, consumer],
+    )
+
+
+def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> ScriptCall:
+    """``acks``: (member, token, detail) per job."""
+    k = keys
+    return ScriptCall(
+        "ack",
+        [k.jobs, k.leased, k.tokens, k.counts, k.audit],
+        [*at.common(k), len(acks), *_flat(acks)],
+    )
+
+
+def fail(
+    keys: ShardKeys, at: CallTime, failures: Sequence[tuple[str, str, str, int]]
+) -> ScriptCall:
+    """``failures``: (member, token, reason, retry after ms or -1) per job."""
+    k = keys
+    return ScriptCall(
+        "fail",
+        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit],
+        [*at.common(k), k.wake_channel, len(failures), *_flat(failures)],
+    )
+
+
+def extend(keys: ShardKeys, at: CallTime, extensions: Sequence[tuple[str, str, int]]) -> ScriptCall:
+    """``extensions``: (member, token, extend ms) per job."""
+    k = keys
+    return ScriptCall(
+        "extend",
+        [k.jobs, k.leased, k.tokens, k.audit],
+        [*at.common(k), len(extensions), *_flat(extensions)],
+    )
+
+
+def release(keys: ShardKeys, at: CallTime, releases: Sequence[tuple[str, str]]) -> ScriptCall:
+    """``releases``: (member, token) per job."""
+    k = keys
+    return ScriptCall(
+        "release",
+        [k.jobs, k.leased, k.tokens, k.counts, k.audit],
+        [*at.common(k), len(releases), *_flat(releases)],
+    )
+
+
+def cancel(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
+    """``job``: the job's member (see keys.member)."""
+    k = keys
+    return ScriptCall(
+        "cancel",
+        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts, k.audit],
+        [*at.common(k), job],
+    )
+
+
+def requeue(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
+    k = keys
+    return ScriptCall(
+        "requeue",
+        [k.jobs, k.dead, k.delayed, k.counts, k.audit],
+        [*at.common(k), len(members), *members],
+    )
+
+
+def purge(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
+    k = keys
+    return ScriptCall(
+        "purge", [k.jobs, k.dead, k.counts, k.audit], [*at.common(k), len(members), *members]
+    )
+
+
+def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
+    k = keys
+    return ScriptCall(
+        "inspect", [k.jobs, k.delayed, k.leased, k.tokens, k.dead], [*at.common(k), job]
+    )
+
+
+def _flat(rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+# -- parsers: one call's reply ----------------------------------------------------------------
+
+
+def existing_jobs(reply: Any) -> list[tuple[str, str]]:
+    """add: the (topic, id) that already existed (then nothing was added); empty when added."""
+    if int(reply[0]) == ErrorCode.EXISTS:
+        return [split_member(decoded(m)) for m in reply[1:]]
+    return []
+
+
+def states_before(reply: Any) -> list[str]:
+    """replace: per job, the state it had before ("new" when it did not exist)."""
+    return [decoded(x) for x in reply]
+
+
+def count_and_next(reply: Any) -> tuple[int, int | None]:
+    """carry, expire: how many moved, and the next due time or deadline (None: none left)."""
+    count, next_ms = reply
+    return int(count), (None if int(next_ms) < 0 else int(next_ms))
+
+
+def leases(topic: str, reply: Any) -> list[Lease]:
+    found = []
+    for j in range(0, len(reply), 4):
+        record = codec.unpack(reply[j + 3])
+        _, job_id = split_member(decoded(reply[j]))
+        found.append(
+            Lease(
+                topic=topic,
+                id=job_id,
+                token=decoded(reply[j + 1]),
+                deadline_ms=int(reply[j + 2]),
+                body=record["b"],
+                attempt=int(record.get("a", 0)) + 1,
+                due_ms=int(record["d"]),
+                callback=record.get("c"),
+                lease_ms=record.get("l"),
+            )
+        )
+    return found
+
+
+def error_codes(reply: Any) -> list[ErrorCode]:
+    """ack: per job, OK or why not."""
+    return [ErrorCode(int(x)) for x in reply]
+
+
+def fail_outcomes(reply: Any) -> list[str | ErrorCode]:
+    """fail: per job, the new state, or an ErrorCode."""
+    return [ErrorCode(int(x)) if isinstance(x, int) else decoded(x) for x in reply]
+
+
+def integers(reply: Any) -> list[int]:
+    """extend (new deadline or error code), release (0, 1 or error code): per job."""
+    return [int(x) for x in reply]
+
+
+def total(reply: Any) -> int:
+    """requeue, purge: how many jobs moved."""
+    return sum(int(x) for x in reply)
+
+
+def cancel_outcome(reply: Any) -> CancelOutcome:
+    return _CANCEL_OUTCOMES[int(reply)]
+
+
+def inspected(topic: str, job_id: str, reply: Any) -> JobInfo | None:
+    if not reply:
+        return None
+    state, blob, token, deadline, dead_since = reply
+    return job_info(
+        topic,
+        job_id,
+        State(decoded(state)),
+        codec.unpack(blob),
+        decoded(token) or None,
+        None if int(deadline) < 0 else int(deadline),
+        None if int(dead_since) < 0 else int(dead_since),
+    )
+
+
+def job_info(
+    topic: str,
+    job_id: str,
+    state: State,
+    record: dict[str, Any],
+    token: str | None,
+    deadline_ms: int | None,
+    dead_since_ms: int | None,
+) -> JobInfo:
+    """A job's public description from its record (see codec.py) and where it is."""
+    retry = record.get("r")
+    failed = int(record.get("a", 0))
+    return JobInfo(
+        topic=topic,
+        id=job_id,
+        state=state,
+        due_ms=int(record["d"]),
+        attempt=failed + (0 if state == State.DEAD else 1),
+        attempts_failed=failed,
+        body_bytes=record["b"],
+        created_ms=int(record.get("n", 0)),
+        token=token,
+        lease_deadline_ms=deadline_ms,
+        dead_since_ms=dead_since_ms,
+        cancel_requested=bool(record.get("x")),
+        callback=record.get("c"),
+        retry_ms=None if retry is None else tuple(int(x) for x in retry),
+    )

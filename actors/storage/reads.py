@@ -1,0 +1,170 @@
+"""Plain reads of a namespace's shards (no script): dead keys, audit streams, snapshots.
+
+Each function takes the client and the keys of the shards it reads, so the store can hand it one
+shard or all of them. Streams of several shards are merged in time order (the ``ms`` field, then
+the entry id), keeping each shard's own order, so one job's events stay in the order written.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from actors.lifecycle import State
+from actors.storage import codec
+from actors.storage.calls import decoded, job_info
+from actors.storage.keys import ShardKeys, split_member
+from actors.values import Snapshot
+
+Entry = tuple[str, dict[str, str]]
+
+# A new topic between reading the topic list and the MULTI leaves its ready list unread; the
+# read is repeated then. Topics appear rarely, so a few tries always suffice in practice.
+_SNAPSHOT_ATTEMPTS = 20
+
+
+def dead_keys(
+    client: Any, shard_keys: Sequence[ShardKeys], topic: str | None, chunk: int
+) -> Iterator[tuple[str, str]]:
+    """Every dead (topic, id) of the shards, optionally of one topic, read ``chunk`` at a time."""
+    for keys in shard_keys:
+        start = 0
+        while page := client.zrange(keys.dead, start, start + chunk - 1):
+            start += len(page)
+            for raw in page:
+                key = split_member(decoded(raw))
+                if topic is None or key[0] == topic:
+                    yield key
+
+
+def audit_length(client: Any, shard_keys: Sequence[ShardKeys]) -> int:
+    return sum(int(client.xlen(keys.audit)) for keys in shard_keys)
+
+
+def audit_entries(
+    client: Any, keys: ShardKeys, start: str = "-", end: str = "+", count: int | None = None
+) -> list[Entry]:
+    raw: Any = client.xrange(keys.audit, start, end, count=count)
+    return [
+        (decoded(eid), {decoded(f): decoded(v) for f, v in fields.items()}) for eid, fields in raw
+    ]
+
+
+def iter_shard_audit(
+    client: Any, keys: ShardKeys, end: str = "+", chunk: int = 5_000, *, start: str = "-"
+) -> Iterator[Entry]:
+    """One shard's audit entries from ``start`` to ``end`` (inclusive), oldest first, in chunks."""
+    while True:
+        entries = audit_entries(client, keys, start, end, chunk)
+        yield from entries
+        if len(entries) < chunk:
+            return
+        start = "(" + entries[-1][0]
+
+
+def _audit_order(entry: Entry) -> tuple[int, int, int]:
+    entry_id, fields = entry
+    ms, _, seq = entry_id.partition("-")
+    return int(fields.get("ms", 0)), int(ms), int(seq or 0)
+
+
+def merge_audit(streams: Iterable[Iterable[Entry]]) -> Iterator[Entry]:
+    """The shards' streams as one, in time order; each shard's own order is kept."""
+    return heapq.merge(*streams, key=_audit_order)
+
+
+def read_snapshot(client: Any, keys: ShardKeys) -> tuple[Snapshot, str | None]:
+    """One shard's jobs and where they are, with the id of its last audit entry.
+
+    Everything is read in one MULTI, so the snapshot is the state right after that entry (every
+    transition writes its event in the same script as its change). A delayed job's due time is
+    its score in the delayed set: that is what carry acts on.
+    """
+    for _ in range(_SNAPSHOT_ATTEMPTS):
+        topics = sorted(decoded(t) for t in client.hkeys(keys.topics))
+        pipe = client.pipeline(transaction=True)
+        pipe.hkeys(keys.topics)
+        pipe.hgetall(keys.jobs)
+        pipe.zrange(keys.delayed, 0, -1, withscores=True)
+        pipe.zrange(keys.leased, 0, -1, withscores=True)
+        pipe.hgetall(keys.tokens)
+        pipe.zrange(keys.dead, 0, -1, withscores=True)
+        pipe.xrevrange(keys.audit, "+", "-", count=1)
+        for t in topics:
+            pipe.lrange(keys.ready(t), 0, -1)
+        topics_now, jobs_raw, delayed, leased, tokens_raw, dead, last, *ready = pipe.execute()
+        if sorted(decoded(t) for t in topics_now) != topics:
+            continue
+        last_id = decoded(last[0][0]) if last else None
+        return _snapshot(topics, jobs_raw, delayed, leased, tokens_raw, dead, ready), last_id
+    raise RuntimeError(f"the topics of {keys.prefix} changed during {_SNAPSHOT_ATTEMPTS} reads")
+
+
+def _snapshot(
+    topics: list[str],
+    jobs_raw: dict[Any, Any],
+    delayed: list[tuple[Any, float]],
+    leased: list[tuple[Any, float]],
+    tokens_raw: dict[Any, Any],
+    dead: list[tuple[Any, float]],
+    ready_lists: list[list[Any]],
+) -> Snapshot:
+    places: dict[str, list[str]] = {}
+    where: dict[str, State] = {}
+
+    def put(raw: Any, state: State, place: str) -> None:
+        name = decoded(raw)
+        places.setdefault(name, []).append(place)
+        where[name] = state
+
+    for raw, _ in delayed:
+        put(raw, State.DELAYED, "delayed")
+    for t, lst in zip(topics, ready_lists, strict=True):
+        for raw in lst:
+            put(raw, State.READY, f"ready:{t}")
+    for raw, _ in leased:
+        put(raw, State.LEASED, "leased")
+    for raw, _ in dead:
+        put(raw, State.DEAD, "dead")
+    due = {decoded(m): int(s) for m, s in delayed}
+    deadlines = {decoded(m): int(s) for m, s in leased}
+    dead_since = {decoded(m): int(s) for m, s in dead}
+    tokens = {decoded(m): decoded(v) for m, v in tokens_raw.items()}
+    records = {decoded(m): blob for m, blob in jobs_raw.items()}
+    snapshot = Snapshot()
+
+    def problem(name: str, text: str) -> None:
+        snapshot.problems.setdefault(split_member(name), []).append(text)
+
+    for name, blob in records.items():
+        t, i = split_member(name)
+        state = where.get(name, State.READY)
+        record = codec.unpack(blob)
+        if state == State.DELAYED:
+            record["d"] = due[name]
+        snapshot.jobs[(t, i)] = job_info(
+            t, i, state, record, tokens.get(name), deadlines.get(name), dead_since.get(name)
+        )
+        found = places.get(name, [])
+        if len(found) != 1:
+            problem(name, f"in {' and '.join(found) or 'no structure'}")
+        if (name in tokens) != (name in deadlines):
+            problem(name, "has a lease token but no deadline, or the reverse")
+    for name, found in places.items():
+        if name not in records:
+            problem(name, f"in {' and '.join(found)} without a record")
+    for name in tokens:
+        if name not in records:
+            problem(name, "has a lease token without a record")
+    return snapshot
+
+
+def merge_snapshots(parts: Iterable[Snapshot]) -> Snapshot:
+    """The shards' snapshots as one: jobs and problems of every shard."""
+    merged = Snapshot()
+    for part in parts:
+        merged.jobs.update(part.jobs)
+        for key, texts in part.problems.items():
+            merged.problems.setdefault(key, []).extend(texts)
+    return merged

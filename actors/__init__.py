@@ -6,6 +6,9 @@ underscore at this level are public too (``actors.replay``, ``actors.model``, ``
 (docs/architecture.md).
 """
 
+from importlib import metadata as _metadata
+from pathlib import Path as _Path
+
 from actors.callbacks import register_callbacks
 from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
 from actors.errors import (
@@ -22,6 +25,25 @@ from actors.job import Job, Retry
 from actors.queue import AuditEvent, DelayQueue
 from actors.storage.store import Store
 from actors.values import AuditRetention, Durability, JobInfo, Lease, NewJob, TopicConfig
+
+
+def _version() -> str:
+    """The installed distribution's version; in a checkout that is not installed, the version
+    its pyproject.toml declares; else ``0+unknown``."""
+    try:
+        return _metadata.version("redelay")
+    except _metadata.PackageNotFoundError:
+        pass
+    import tomllib
+
+    pyproject = _Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "AuditEvent",

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import http.server
+import importlib.metadata
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+import actors
 from actors.clock import SystemClock
 from actors.server.embedded import RedisProcess
 from actors.server.embedded_default import socket_path_for
@@ -203,6 +210,8 @@ def test_invalid_names_are_refused_with_the_validation_message(cli: Cli) -> None
     result = cli.json("add", "t", "has space", code=2)
     assert result["error"] == "invalid" and result["message"].startswith("id:")
     assert run("stats", "--redis", cli.url, "--namespace", "a{b}").returncode == 2
+    empty = run("stats", "--redis", cli.url, "--namespace", "")  # not quietly "default"
+    assert empty.returncode == 2 and "namespace: must not be empty" in empty.stderr
 
 
 def test_cancel_of_a_running_job_is_a_request(cli: Cli, store: Store) -> None:
@@ -298,7 +307,7 @@ def test_replay_rebuilds_every_job_at_a_moment(cli: Cli, store: Store) -> None:
     added_ms = cli.json("history", "t", "early")[0]["at_ms"]
     cli("add", "t", "late", "--delay", "1h")
     cli("cancel", "t", "early")
-    before = cli.json("replay", f"--at={added_ms}")
+    before = cli.json("replay", f"--at={added_ms / 1000:.3f}")  # epoch seconds, like the API
     assert [(j["id"], j["state"]) for j in before["jobs"]] == [("early", "delayed")]
     now = cli.json("replay")
     assert [(j["id"], j["state"]) for j in now["jobs"]] == [("late", "delayed")]
@@ -532,3 +541,246 @@ def test_a_redis_that_refuses_writes_gives_its_own_exit_code_not_a_traceback(
     assert "Redis refused" in result.stderr and "maxmemory" in result.stderr
     assert "Traceback" not in result.stderr
     assert client.exists(f"redelay:{{{NS}.0}}:jobs") == 0
+
+
+# -- issue 11: what new users hit -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["cancel", "t", "j1"],
+        ["dead", "requeue", "--topic", "t", "--id", "j1"],
+        ["dead", "purge", "--topic", "t", "--id", "j1"],
+        ["get", "t", "j1"],
+        ["history", "t", "j1"],
+    ],
+)
+def test_json_prints_exactly_one_document_when_the_job_is_missing(
+    cli: Cli, args: list[str]
+) -> None:
+    result = cli("--json", *args)
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)  # raises on a second document ("Extra data")
+    assert document["error"] == "not_found" and document["exit_code"] == 1
+    assert "j1" in document["message"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "get"],
+        ["get", "only-topic", "--json"],
+        ["--json", "frobnicate"],
+        ["--json", "dead", "--limit", "many"],
+        ["--json", "add", "t", "1", "--delay", "1", "--at", "now"],
+        ["--json"],
+    ],
+)
+def test_usage_errors_with_json_are_one_json_document(args: list[str]) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    document = json.loads(result.stdout)
+    assert document["error"] == "usage" and document["exit_code"] == 2
+    assert document["message"] and "usage: redelay" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_usage_errors_without_json_keep_stdout_empty() -> None:
+    result = run("get")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "usage: redelay get" in result.stderr
+    assert "the following arguments are required: topic, id" in result.stderr
+
+
+def test_worker_with_an_unknown_log_level_is_a_usage_error_naming_the_levels(
+    cli: Cli, tmp_path: Path
+) -> None:
+    worker = start_worker(tmp_path, cli.url, "myworker:queue", "--log-level", "LOUD")
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 2, err
+    assert "Traceback" not in err
+    assert "LOUD" in err and all(level in err for level in ("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def test_worker_takes_a_lowercase_log_level(cli: Cli, tmp_path: Path) -> None:
+    worker = start_worker(tmp_path, cli.url, "myworker:queue", "--log-level", "debug")
+    try:
+        assert worker.stderr is not None
+        for line in worker.stderr:
+            if "worker started" in line:
+                break
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+
+
+IDLE_MODULE = """
+from actors import DelayQueue
+
+queue = DelayQueue({url!r}, {ns!r})
+"""
+
+
+def test_worker_refuses_a_queue_without_handlers(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "idle.py").write_text(IDLE_MODULE.format(url=cli.url, ns=NS))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "worker", "idle:queue", "--json"],
+        cwd=tmp_path,
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 2, err
+    assert "idle:queue has no handlers" in err and "@queue.handler" in err
+    assert json.loads(out)["error"] == "usage"
+
+
+@pytest.mark.parametrize(("retry", "step"), [("15s,,3m", 2), ("15s,3m,", 3), (",15s", 1)])
+def test_an_empty_retry_step_is_refused_naming_the_field(cli: Cli, retry: str, step: int) -> None:
+    result = cli("add", "t", "1", "--retry", retry)
+    assert result.returncode == 2, result.stdout
+    assert f"retry: step {step} of {retry!r} is empty" in result.stderr
+    assert cli("get", "t", "1").returncode == 1  # nothing was written
+
+
+def suggestion(output: str, label: str) -> list[str]:
+    """The command printed after ``label``, split as a shell would."""
+    (line,) = [line for line in output.splitlines() if line.startswith(label)]
+    argv = shlex.split(line[len(label) :])
+    assert argv[0] == "redelay"
+    return argv[1:]
+
+
+def test_suggested_commands_work_as_printed(cli: Cli, store: Store, tmp_path: Path) -> None:
+    make_dead(store, "t", "j1")
+    url = cli.url + "?db=0"  # a URL a shell would glob: it must come back quoted
+    got = run("get", "t", "j1", "--redis", url, "--namespace", NS)
+    assert got.returncode == 0, got.stderr
+    assert shlex.quote(url) in got.stdout
+    listed = run("dead", "list", "--redis", url, "--namespace", NS)
+    assert listed.returncode == 0, listed.stderr
+    for argv in (suggestion(got.stdout, "history: "), suggestion(listed.stdout, "why it died: ")):
+        # Run elsewhere, without the environment: only what was printed says where the queue is.
+        followed = run(*argv, "--json", cwd=tmp_path)
+        assert followed.returncode == 0, (argv, followed.stderr)
+        assert json.loads(followed.stdout)[-1]["event"] == "dead"
+    assert not (tmp_path / ".redelay").exists()
+
+
+def test_at_takes_epoch_seconds_and_refuses_milliseconds_with_a_hint(cli: Cli) -> None:
+    refused = cli("add", "t", "ms", "--at", "1893456000000")
+    assert refused.returncode == 2
+    assert "looks like milliseconds; --at takes epoch seconds (1893456000)" in refused.stderr
+    assert cli("get", "t", "ms").returncode == 1
+    assert cli.json("add", "t", "s", "--at", "1893456000")["due_ms"] == 1_893_456_000_000
+    utc = cli.json("add", "t", "z", "--at", "2030-01-01T00:00:00Z")
+    assert utc["due_ms"] == 1_893_456_000_000
+    naive = cli("add", "t", "naive", "--at", "2030-01-01T00:00:00")
+    assert naive.returncode == 2 and "needs a time zone" in naive.stderr
+    replay = cli("replay", "--at", "1893456000000")
+    assert replay.returncode == 2 and "--at takes epoch seconds" in replay.stderr
+    since = cli("history", "t", "s", "--since", "1893456000000")
+    assert since.returncode == 2 and "--since takes epoch seconds" in since.stderr
+    huge = cli("add", "t", "huge", "--at", "1e20")
+    assert huge.returncode == 2 and "is not a time in epoch seconds" in huge.stderr
+
+
+def test_version_is_the_installed_distributions() -> None:
+    installed = importlib.metadata.version("redelay")
+    assert actors.__version__ == installed
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"redelay {installed}"
+    as_json = run("--version", "--json")
+    assert json.loads(as_json.stdout) == {"version": installed}
+
+
+def test_stats_of_a_namespace_never_used_says_so(cli: Cli, redis_server: RedisProcess) -> None:
+    def stats(*extra: str) -> subprocess.CompletedProcess[str]:
+        return run("stats", "--redis", redis_server.url, "--namespace", "tpyo", *extra)
+
+    unused = stats("--json")
+    assert unused.returncode == 0  # docs/cli.md: a note, not a failure
+    document = json.loads(unused.stdout)
+    assert document["namespace_used"] is False and document["totals"]["delayed"] == 0
+    assert "namespace 'tpyo' has never been used" in unused.stderr
+    human = stats()
+    assert human.returncode == 0 and "never been used" in human.stderr
+    assert run("add", "t", "1", "--redis", redis_server.url, "--namespace", "tpyo").returncode == 0
+    used = stats("--json")
+    assert used.returncode == 0 and json.loads(used.stdout)["namespace_used"] is True
+    assert "never been used" not in used.stderr
+
+
+class _WebPage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"<html>hello</html>")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WebPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"redis://127.0.0.1:{server.server_address[1]}/0"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_url_of_an_http_server_is_not_a_redis_server(web_server: str) -> None:
+    result = run("stats", "--redis", web_server, "--json")
+    assert result.returncode == 3, result.stderr
+    assert f"{web_server} is not a Redis server" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["error"] == "no_redis"
+
+
+def test_help_points_to_a_reference_the_user_has() -> None:
+    from actors.cli.app import reference_path
+
+    result = run("--help")
+    path = reference_path()
+    assert str(path) in result.stdout
+    assert path.read_text().startswith("# The `redelay` command")
+    # The wheel ships the page where an installed package looks for it first.
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    wheel = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["force-include"]["docs/cli.md"] == "actors/cli/cli.md"
+
+
+def test_worker_json_is_one_line_per_event_and_the_last_one_carries_the_error(
+    cli: Cli, tmp_path: Path
+) -> None:
+    worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "0.2", "--json")
+    try:
+        cli("add", "mail.send", "slow", "--body", '{"sleep": 5}')
+        wait_for(lambda: cli.json("get", "mail.send", "slow")["state"] == "leased")
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 6, err
+    events = [json.loads(line) for line in out.splitlines()]  # each line one document
+    assert [e["event"] for e in events] == ["started", "stopped"]
+    assert events[-1]["error"] == "grace_exceeded" and events[-1]["exit_code"] == 6
+    assert "still running after 0.2s" in err
+
+
+@pytest.mark.parametrize("grace", ["nan", "-1", "inf"])
+def test_worker_refuses_a_grace_that_is_not_a_duration(grace: str) -> None:
+    result = run("worker", "myworker:queue", "--grace", grace)
+    assert result.returncode == 2 and "--grace must be a number of seconds" in result.stderr

@@ -12,24 +12,84 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
+from typing import Any, NoReturn
 
 import redis
 
+from actors import __version__
 from actors.cli import audit as _cli_audit
+from actors.cli import dead as _cli_dead
 from actors.cli import jobs as _cli_jobs
-from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context
+from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, ValidationError
 
-EPILOG = """exit codes: 0 ok, 1 not found or drift, 2 usage or bad input, 3 no Redis,
-4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted.
-Details: docs/cli.md"""
+
+def reference_path() -> Path:
+    """The full reference (docs/cli.md): shipped inside the wheel as actors/cli/cli.md; in a
+    checkout (editable install) it is the repository's page."""
+    shipped = Path(__file__).resolve().parent / "cli.md"
+    if shipped.is_file():
+        return shipped
+    return Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-def _common_options() -> argparse.ArgumentParser:
+def epilog() -> str:
+    return f"""exit codes: 0 ok, 1 not found or drift, 2 usage or bad input,
+3 no Redis, 4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted.
+Full reference (options, JSON shapes, exit codes): {reference_path()}"""
+
+
+class UsageError(CliError):
+    """argparse's complaint about the command line, with the usage line of the (sub)command."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(Exit.USAGE, "usage", message)
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """Raises instead of printing and exiting, so that a usage error ends like every other
+    error: one message on stderr and, with --json, one JSON document on stdout."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
+
+
+def json_requested(argv: Sequence[str]) -> bool:
+    """Whether --json is on the command line (also when parsing it fails). argparse accepts
+    unambiguous prefixes, and no other option starts with --j."""
+    for word in argv:
+        if word == "--":
+            return False
+        if len(word) >= 3 and "--json".startswith(word):
+            return True
+    return False
+
+
+class _Version(argparse.Action):
+    def __init__(
+        self, option_strings: list[str], dest: str, *, json_output: bool, help: str
+    ) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+        self.json_output = json_output
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        if self.json_output:
+            print_json({"version": __version__})
+        else:
+            print(f"redelay {__version__}")
+        parser.exit()
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _common_options() -> Parser:
     """Options every subcommand takes, before or after its name (hence SUPPRESS defaults)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     where = common.add_argument_group("where the queue is")
     where.add_argument(
         "--redis",
@@ -62,14 +122,18 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(json_output: bool = False) -> Parser:
+    """The whole command line; ``json_output``: --version prints JSON (it runs mid-parse)."""
     common = _common_options()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="redelay",
         description="A delay queue for Python services, on Redis.",
         parents=[common],
-        epilog=EPILOG,
+        epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action=_Version, json_output=json_output, help="print the version and exit"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -97,10 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grace", type=float, default=20.0, help="seconds running handlers get at stop (20)"
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help=f"logging level: {', '.join(LOG_LEVELS)} (default INFO)",
+    )
     p.set_defaults(run=_run_worker)
 
     _cli_jobs.add_parsers(sub, common)
+    _cli_dead.add_parsers(sub, common)
     _cli_audit.add_parsers(sub, common)
     return parser
 
@@ -153,8 +224,12 @@ def _join_relative_times(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_join_relative_times(sys.argv[1:] if argv is None else argv))
+    words = _join_relative_times(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser(json_requested(words)).parse_args(words)
+    except UsageError as exc:
+        print(exc.usage, end="", file=sys.stderr)
+        return _fail(json_requested(words), exc)
     ctx = Context(
         args,
         json=getattr(args, "json", False),
@@ -166,18 +241,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(ctx, args)
         return code
     except CliError as exc:
-        return _fail(ctx, exc.code, exc.kind, str(exc))
+        return _fail(ctx.json, exc)
     except ValidationError as exc:
-        return _fail(ctx, Exit.USAGE, "invalid", str(exc))
+        return _fail(ctx.json, CliError(Exit.USAGE, "invalid", str(exc)))
     except ConfigError as exc:
-        return _fail(ctx, Exit.USAGE, "config", str(exc))
+        return _fail(ctx.json, CliError(Exit.USAGE, "config", str(exc)))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        return _fail(ctx, Exit.NO_REDIS, "no_redis", f"lost the connection to Redis: {exc}")
+        message = f"lost the connection to Redis: {exc}"
+        return _fail(ctx.json, CliError(Exit.NO_REDIS, "no_redis", message))
+    except redis.exceptions.InvalidResponse as exc:
+        return _fail(ctx.json, not_redis(_where(args), exc))
     except redis.RedisError as exc:
         # e.g. OOM under maxmemory: nothing was written (scripts refuse before their first write).
-        return _fail(ctx, Exit.REDIS_REFUSED, "redis_refused", f"Redis refused: {exc}")
+        return _fail(
+            ctx.json, CliError(Exit.REDIS_REFUSED, "redis_refused", f"Redis refused: {exc}")
+        )
     except KeyboardInterrupt:
-        return _fail(ctx, Exit.INTERRUPTED, "interrupted", "interrupted")
+        return _fail(ctx.json, CliError(Exit.INTERRUPTED, "interrupted", "interrupted"))
     except BrokenPipeError:
         # stdout closed early (`redelay history ... | head`): not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -186,11 +266,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx.close()
 
 
-def _fail(ctx: Context, code: int, kind: str, message: str) -> int:
-    print(f"redelay: error: {message}", file=sys.stderr)
-    if ctx.json:
-        print_json({"error": kind, "message": message, "exit_code": int(code)})
-    return code
+def _where(args: argparse.Namespace) -> str:
+    return getattr(args, "redis", None) or os.environ.get(ENV_URL) or "the embedded server"
+
+
+def _fail(json_output: bool, exc: CliError) -> int:
+    """The one way a command fails: the message on stderr and, with --json, the one document
+    stdout gets (commands print their result only once they know they succeeded)."""
+    print(f"redelay: error: {exc}", file=sys.stderr)
+    if json_output:
+        document = {"error": exc.kind, "message": str(exc), "exit_code": int(exc.code)}
+        print_json(document | exc.details)
+    return exc.code
 
 
 if __name__ == "__main__":

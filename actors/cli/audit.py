@@ -9,29 +9,28 @@ from typing import Any
 
 from actors.cli.context import Context
 from actors.cli.output import (
+    STATES,
     CliError,
     Exit,
     Progress,
-    format_duration_ms,
-    format_relative_ms,
+    drift_json,
+    event_details,
+    event_json,
     format_time_ms,
     iso_ms,
     parse_time_ms,
     print_json,
+    replayed_json,
     table,
     usage_error,
 )
-from actors.lifecycle import LIVE_STATES_IN_ORDER
-from actors.replay import Drift, Replay, ReplayedJob, compare, fold
+from actors.replay import Drift, Replay, compare, fold
 from actors.storage.keys import shard_of
 from actors.storage.store import Store
 from actors.values import Snapshot
 
 Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000
-VERIFY_ATTEMPTS = 5
-BASE_FIELDS = ("e", "t", "i", "a", "ms")
-STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -43,7 +42,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("topic")
     p.add_argument("id")
-    p.add_argument("--since", help="read the stream from this time on (faster on long streams)")
+    p.add_argument(
+        "--since",
+        help="read the stream from this time on (faster on long streams): epoch seconds, "
+        "ISO 8601 with a zone, or -1h",
+    )
     p.set_defaults(run=run_history)
 
     p = sub.add_parser(
@@ -52,7 +55,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="every job's state at a moment, rebuilt from the audit stream",
         description="Folds the audit stream up to --at and shows every job that was live then.",
     )
-    p.add_argument("--at", default="now", help="ISO 8601, epoch seconds, -5m, or now (default)")
+    p.add_argument(
+        "--at",
+        default="now",
+        help="epoch seconds, ISO 8601 with a zone, -5m, or now (default)",
+    )
     p.add_argument("--topic", help="only jobs of this topic")
     p.add_argument("--state", choices=STATES, help="only jobs in this state")
     p.add_argument("--limit", type=int, default=50, help="most jobs listed (default 50; JSON: all)")
@@ -94,41 +101,6 @@ def _merge(replays: list[Replay]) -> Replay:
 # -- history --------------------------------------------------------------------------------
 
 
-def event_details(fields: dict[str, str]) -> str:
-    """The part of an event people read: where it went, why, until when."""
-    ms = int(fields["ms"])
-    parts: list[str] = []
-    if "to" in fields:
-        parts.append(f"-> {fields['to']}")
-    if "due" in fields and fields["e"] != "ready":
-        parts.append(f"due {format_relative_ms(int(fields['due']), ms)}")
-    if "dl" in fields:
-        parts.append(f"lease for {format_duration_ms(int(fields['dl']) - ms)}")
-    if fields.get("by"):
-        parts.append(f"by {fields['by']}")
-    for name in ("from", "via", "op", "code"):
-        if name in fields:
-            parts.append(f"{name} {fields[name]}")
-    if "detail" in fields:
-        parts.append(fields["detail"])
-    if "why" in fields:
-        parts.append(f"why: {fields['why']}")
-    if fields.get("cancelled"):
-        parts.append("(cancel had been requested)")
-    return ", ".join(parts)
-
-
-def event_json(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
-    return {
-        "id": entry_id,
-        "event": fields["e"],
-        "attempt": int(fields["a"]),
-        "at_ms": int(fields["ms"]),
-        "at": iso_ms(int(fields["ms"])),
-        "fields": {k: v for k, v in fields.items() if k not in BASE_FIELDS},
-    }
-
-
 def run_history(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     shard = shard_of(args.topic, args.id, store.shard_count)  # a job's events are in its shard
@@ -168,32 +140,14 @@ def run_history(ctx: Context, args: argparse.Namespace) -> int:
 # -- replay ---------------------------------------------------------------------------------
 
 
-def replayed_json(job: ReplayedJob) -> dict[str, Any]:
-    return {
-        "topic": job.topic,
-        "id": job.id,
-        "state": job.state.value,
-        "due_ms": job.due_ms,
-        "attempts_failed": job.attempts_failed,
-        "lease_token": job.token,
-        "lease_deadline_ms": job.deadline_ms,
-        "cancel_requested": job.cancel_requested,
-        "partial": job.partial,
-    }
-
-
 def run_replay(ctx: Context, args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise usage_error("replay: --limit must be at least 1")
     store = ctx.store()
     at_ms = parse_time_ms(args.at, store.clock.now_ms(), "at")
     progress = _progress(ctx, store, "replaying audit stream")
-    replay = _merge(
-        [
-            fold(progress.wrap(stream_entries(store, s)), until_ms=at_ms)
-            for s in range(store.shard_count)
-        ]
-    )
+    # The store merges the shards' streams in time order, so one fold stops at --at for all.
+    replay = fold(progress.wrap(store.iter_audit(CHUNK)), until_ms=at_ms)
     progress.done()
     jobs = [
         job
@@ -255,16 +209,12 @@ def _consistent_read(store: Store, shard: int) -> tuple[str | None, Snapshot]:
     """The shard's live state and the id of the last event that produced it (one MULTI: every
     transition writes its event in the same script as its change)."""
     try:
-        live, before = store.snapshot_with_audit_position(shard)
-        return before, live
-    except RuntimeError:  # a new topic appeared during each of the store's reads
-        pass
-    raise CliError(
-        Exit.BUSY,
-        "busy",
-        f"the queue changed during each of {VERIFY_ATTEMPTS} reads of its state; "
-        "retry when it is quieter (or stop the workers)",
-    )
+        live, last_entry = store.snapshot_with_audit_position(shard)
+    except RuntimeError as exc:  # new topics kept appearing during each of the store's reads
+        raise CliError(
+            Exit.BUSY, "busy", f"{exc}; retry when it is quieter (or stop the workers)"
+        ) from None
+    return last_entry, live
 
 
 def run_verify(ctx: Context, args: argparse.Namespace) -> int:
@@ -295,16 +245,7 @@ def run_verify(ctx: Context, args: argparse.Namespace) -> int:
                 "last_entries": last_entries,
                 "live_jobs": len(live.jobs),
                 "replayed_jobs": len(replay.jobs),
-                "drift": [
-                    {
-                        "topic": d.topic,
-                        "id": d.id,
-                        "field": d.field,
-                        "replayed": d.replayed,
-                        "live": d.live,
-                    }
-                    for d in drift
-                ],
+                "drift": [drift_json(d) for d in drift],
                 "anomalies": replay.anomalies,
             }
         )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import redis
 
-from actors.cli.output import CliError, Exit
+from actors.cli.output import CliError, Exit, command_line
 from actors.clock import RedisSyncedClock
 from actors.errors import ConfigError, RedisServerNotFound
 from actors.server.embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
@@ -29,7 +29,10 @@ def redis_url(args: argparse.Namespace) -> str | None:
 
 
 def namespace(args: argparse.Namespace) -> str:
-    return getattr(args, "namespace", None) or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+    given = getattr(args, "namespace", None)
+    if given is not None:  # even "": validation refuses it rather than quietly using the default
+        return str(given)
+    return os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
 
 
 def data_dir(args: argparse.Namespace) -> str:
@@ -38,6 +41,11 @@ def data_dir(args: argparse.Namespace) -> str:
 
 def no_redis(message: str) -> CliError:
     return CliError(Exit.NO_REDIS, "no_redis", message)
+
+
+def not_redis(where: str, exc: Exception) -> CliError:
+    """Something answered, but not in Redis's protocol (an HTTP server, a database, ...)."""
+    return no_redis(f"{where} is not a Redis server (its reply did not parse: {exc})")
 
 
 @dataclass
@@ -51,6 +59,7 @@ class Context:
     _client: RedisClient | None = None
     _store: Store | None = None
     _clock: RedisSyncedClock | None = None
+    _recorded_shards: int | None = None
 
     def client(self) -> RedisClient:
         if self._client is not None:
@@ -74,6 +83,8 @@ class Context:
             raise CliError(Exit.USAGE, "usage", f"--redis: {exc}") from None
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise no_redis(f"cannot connect to Redis at {where}: {exc}") from None
+        except redis.exceptions.InvalidResponse as exc:
+            raise not_redis(where, exc) from None
         self._client = client
         return client
 
@@ -85,11 +96,18 @@ class Context:
             self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)  # type: ignore[arg-type]
             name = namespace(self.args)
             # Read, never record: inspecting a namespace must not create its configuration.
-            shards = stored_shards(client, name) or 1
+            self._recorded_shards = stored_shards(client, name)
+            shards = self._recorded_shards or 1
             # Trim as the namespace's workers do, or a CLI write would delete their history.
             retention = stored_retention(client, name)
             self._store = Store(client, name, self._clock, shards=shards, retention=retention)
         return self._store
+
+    def namespace_used(self, counts: dict[str, dict[str, int]], audit_entries: int) -> bool:
+        """Whether anything ever used the namespace: a process recorded its configuration, or
+        it has topics or history (the CLI's own adds record nothing)."""
+        self.store()
+        return self._recorded_shards is not None or bool(counts) or audit_entries > 0
 
     def close(self) -> None:
         if self._clock is not None:
@@ -98,6 +116,16 @@ class Context:
             self._client.close()
         if self.embedded is not None:
             self.embedded.stop()
+
+    def suggest(self, *words: str) -> str:
+        """A ``redelay`` command to run next, with the --redis, --namespace and --data-dir this
+        one was given, quoted so that it works as printed."""
+        where: list[str] = []
+        for option in ("redis", "namespace", "data_dir"):
+            value = getattr(self.args, option, None)
+            if value:
+                where += [f"--{option.replace('_', '-')}", value]
+        return command_line(["redelay", *words, *where])
 
     def note(self, text: str) -> None:
         """A remark for people, kept off stdout so --json output stays parseable."""

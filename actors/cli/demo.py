@@ -10,6 +10,7 @@ close never succeeds, so it ends dead. What you watch scroll by is the audit str
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import threading
@@ -22,14 +23,13 @@ from typing import Any, TextIO
 import redis
 
 from actors import _constants as c
-from actors.cli.context import Context, data_dir, no_redis, redis_url
+from actors.cli.context import Context, data_dir, no_redis, not_redis, redis_url
 from actors.cli.output import CliError, Exit, format_duration_ms, print_json, table, usage_error
 from actors.errors import RedisServerNotFound
 from actors.job import Job
 from actors.lifecycle import PENDING_STATES, State
 from actors.queue import DelayQueue
 from actors.replay import compare, fold
-from actors.storage.keys import ShardKeys
 from actors.storage.topology import RedisClient
 
 TOPIC = "shop.order-timeout"
@@ -37,6 +37,7 @@ DEMO_NAMESPACE = "demo"
 STEPPED_SCHEDULE_S = tuple(ms / 1000 for ms in c.DEFAULT_RETRY_SCHEDULE_MS[:3])  # 15s, 3m, 10m
 FINISH_TIMEOUT_S = 60.0
 STATUS_EVERY_S = 3.0
+POLL_S = 0.2  # how often the ticker reads new events
 
 
 @dataclass
@@ -117,27 +118,26 @@ class Ticker:
         self.thread = threading.Thread(target=self._run, name="redelay-demo-ticker", daemon=True)
 
     def _run(self) -> None:
-        key = ShardKeys(self.queue.namespace).audit  # the demo's namespace has one shard
         last_status = time.monotonic()
         while not self.stop_event.is_set():
             try:
-                self.drain(key, block_ms=200)
+                self.drain()
             except redis.RedisError:
                 return
             if time.monotonic() - last_status >= STATUS_EVERY_S:
                 last_status = time.monotonic()
                 self._status()
+            self.stop_event.wait(POLL_S)
 
-    def drain(self, key: str, block_ms: int | None = None) -> None:
-        reply: Any = self.queue.client.xread({key: self.last_id}, count=500, block=block_ms)
-        for _, entries in reply or []:
-            for raw_id, raw_fields in entries:
-                self.last_id = raw_id.decode()
-                fields = {k.decode(): v.decode() for k, v in raw_fields.items()}
-                self.counts[fields["e"]] += 1
-                line = self.describe(fields)
-                if line:
-                    print(line, file=self.out, flush=True)
+    def drain(self) -> None:
+        """Prints the events written since the last call, read through the store like every
+        other read of the CLI."""
+        for entry_id, fields in self.queue.store.iter_audit(start=f"({self.last_id}"):
+            self.last_id = entry_id
+            self.counts[fields["e"]] += 1
+            line = self.describe(fields)
+            if line:
+                print(line, file=self.out, flush=True)
 
     def describe(self, f: dict[str, str]) -> str | None:
         order = self.shop.orders.get(f["i"])
@@ -175,6 +175,8 @@ class Ticker:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=5)
+        with contextlib.suppress(redis.RedisError):
+            self.drain()  # the events of the last poll interval (the final one, often a death)
 
 
 def clear_namespace(client: RedisClient, namespace: str) -> int:
@@ -242,6 +244,8 @@ def _open_queue(args: argparse.Namespace, namespace: str) -> DelayQueue:
         raise no_redis(str(exc)) from None
     except redis.ConnectionError as exc:
         raise no_redis(f"cannot connect to Redis: {exc}") from None
+    except redis.exceptions.InvalidResponse as exc:
+        raise not_redis(redis_url(args) or "the embedded server", exc) from None
 
 
 def run_demo(ctx: Context, args: argparse.Namespace) -> int:
@@ -320,13 +324,9 @@ def _report(
     rows, agree = result
     took_s = time.time() - start_s
     outcomes = Counter(row["outcome"] for row in rows)
-    where = ""
-    if getattr(args, "redis", None):
-        where += f" --redis {args.redis}"
-    if getattr(args, "data_dir", None):
-        where += f" --data-dir {args.data_dir}"
-    where += f" --namespace {namespace}"
+    args.namespace = namespace  # the suggested commands name it, whether it was given or not
     dead = next((row["order"] for row in rows if row["outcome"] == "dead"), rows[0]["order"])
+    history = ctx.suggest("history", TOPIC, dead)
     if ctx.json:
         print_json(
             {
@@ -334,7 +334,7 @@ def _report(
                 "outcomes": {k: outcomes[k] for k in ("paid", "closed", "dead", "pending")},
                 "orders": rows,
                 "replay_agrees": agree,
-                "history_command": f"redelay history {TOPIC} {dead}{where}",
+                "history_command": history,
             }
         )
     else:
@@ -360,9 +360,9 @@ def _report(
             f"\n{outcomes['paid']} paid, {outcomes['closed']} closed by the timeout handler, "
             f"{outcomes['dead']} dead, {outcomes['pending']} pending; {took_s:.1f}s\n"
             f"audit replay agrees with the live state: {'yes' if agree else 'NO'}\n\n"
-            f"one order's story:  redelay history {TOPIC} {dead}{where}\n"
-            f"the dead job:       redelay dead list{where}\n"
-            f"try again:          redelay dead requeue --topic {TOPIC} --id {dead}{where}",
+            f"one order's story:  {history}\n"
+            f"the dead job:       {ctx.suggest('dead', 'list')}\n"
+            f"try again:          {ctx.suggest('dead', 'requeue', '--topic', TOPIC, '--id', dead)}",
             file=out,
         )
     ok = agree and outcomes["pending"] == 0

@@ -1,4 +1,4 @@
-"""Subcommands on jobs: add, cancel, get, stats, dead (list, requeue, purge)."""
+"""Subcommands on single jobs and the namespace: add, cancel, get, stats."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from actors import _constants as c
 from actors.cli.context import Context
 from actors.cli.output import (
+    STATES,
     CliError,
     Exit,
-    decode_body,
-    format_duration_ms,
+    describe_job,
     format_relative_ms,
     format_time_ms,
     job_json,
@@ -26,10 +25,7 @@ from actors.cli.output import (
     usage_error,
 )
 from actors.errors import JobExistsError
-from actors.lifecycle import LIVE_STATES_IN_ORDER, State
-from actors.values import JobInfo
-
-STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)
+from actors.lifecycle import State
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -48,7 +44,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", help="due after this long: 30 (seconds), 500ms, 5m, 1h30m")
-    when.add_argument("--at", help="due at: ISO 8601, epoch seconds, or +10m")
+    when.add_argument(
+        "--at", help="due at: epoch seconds, ISO 8601 with a zone, or +10m (as the API's at)"
+    )
     p.add_argument("--retry", help="this job's retry delays, e.g. 15s,3m,10m (default: topic's)")
     p.add_argument("--lease", help="this job's lease, e.g. 30s (default: topic's)")
     p.add_argument("--callback", metavar="URL", help="http(s) URL to POST the body to when due")
@@ -69,19 +67,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("stats", parents=[common], help="jobs per topic and state")
     p.set_defaults(run=run_stats)
-
-    p = sub.add_parser(
-        "dead",
-        parents=[common],
-        help="list, requeue or purge dead jobs",
-        description="Dead jobs: those whose retry schedule ran out.",
-    )
-    p.add_argument("action", nargs="?", choices=("list", "requeue", "purge"), default="list")
-    p.add_argument("--topic", help="only this topic")
-    p.add_argument("--id", help="only this job (needs --topic)")
-    p.add_argument("--all", action="store_true", help="every dead job (requeue, purge)")
-    p.add_argument("--limit", type=int, default=100, help="most jobs listed (default 100)")
-    p.set_defaults(run=run_dead)
 
 
 # -- add, cancel, get -------------------------------------------------------------------------
@@ -149,6 +134,10 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
 
 def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
     result = ctx.store().cancel(args.topic, args.id)
+    if result == "missing":  # the error is the one document --json prints
+        raise CliError(
+            Exit.NOT_FOUND, "not_found", f"no job {args.topic}/{args.id}", {"result": result}
+        )
     if ctx.json:
         print_json({"topic": args.topic, "id": args.id, "result": result})
     elif result == "removed":
@@ -158,33 +147,7 @@ def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
             f"cancel requested for {args.topic}/{args.id}: it is running now; it will not be "
             "retried, whatever its handler does"
         )
-    if result == "missing":
-        raise CliError(Exit.NOT_FOUND, "not_found", f"no job {args.topic}/{args.id}")
     return Exit.OK
-
-
-def describe(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
-    rows = [
-        ("job", f"{info.topic}/{info.id}"),
-        ("state", info.state + (" (cancel requested)" if info.cancel_requested else "")),
-        ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
-        ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
-        ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
-        ("body", json.dumps(decode_body(info.body_bytes), ensure_ascii=False)),
-    ]
-    if info.callback:
-        rows.append(("callback", info.callback))
-    if info.retry_ms is not None:
-        rows.append(("retry", ",".join(format_duration_ms(ms) for ms in info.retry_ms)))
-    if info.lease_deadline_ms is not None:
-        deadline = info.lease_deadline_ms
-        rows.append(("lease until", f"{format_time_ms(deadline)} (token {info.token})"))
-    if info.dead_since_ms is not None:
-        since = info.dead_since_ms
-        rows.append(
-            ("dead since", f"{format_time_ms(since)} ({format_relative_ms(since, now_ms)})")
-        )
-    return rows
 
 
 def run_get(ctx: Context, args: argparse.Namespace) -> int:
@@ -195,11 +158,11 @@ def run_get(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         print_json(job_json(info))
         return Exit.OK
-    rows = describe(info, store.clock.now_ms())
+    rows = describe_job(info, store.clock.now_ms())
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
-    print(f"\nhistory: redelay history {info.topic} {info.id}")
+    print(f"\nhistory: {ctx.suggest('history', info.topic, info.id)}")
     return Exit.OK
 
 
@@ -212,10 +175,19 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
     audit_entries = store.audit_length()
+    used = ctx.namespace_used(counts, audit_entries)
+    # A typo in --namespace would otherwise look like an idle queue: say so. The exit stays 0
+    # (docs/cli.md): a new deployment's monitoring polls stats before the first job too.
+    if not used:
+        ctx.note(
+            f"redelay: namespace {store.namespace!r} has never been used here (no configuration, "
+            "topics or history): check --namespace / REDELAY_NAMESPACE and --redis"
+        )
     if ctx.json:
         print_json(
             {
                 "namespace": store.namespace,
+                "namespace_used": used,
                 "topics": counts,
                 "totals": totals,
                 "next_due_ms": next_due_ms,
@@ -229,66 +201,4 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     now_ms = store.clock.now_ms()
     due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
     print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")
-    return Exit.OK
-
-
-# -- dead -----------------------------------------------------------------------------------
-
-
-def run_dead(ctx: Context, args: argparse.Namespace) -> int:
-    if args.id is not None and args.topic is None:
-        raise usage_error("dead: --id needs --topic")
-    if args.action == "list":
-        return _dead_list(ctx, args)
-    if not (args.all or args.topic):
-        raise usage_error(f"dead {args.action}: say which jobs: --topic T [--id ID], or --all")
-    if args.all and args.topic:
-        raise usage_error(f"dead {args.action}: give either --all or --topic, not both")
-    store = ctx.store()
-    one = args.id is not None
-    targets = [(args.topic, args.id)] if one else list(store.dead_keys(args.topic))
-    change = store.requeue_dead if args.action == "requeue" else store.purge_dead
-    done = 0
-    for start in range(0, len(targets), c.BATCH_MAX_JOBS):
-        done += change(targets[start : start + c.BATCH_MAX_JOBS])
-    past = "requeued" if args.action == "requeue" else "purged"
-    if ctx.json:
-        print_json({past: done})
-    else:
-        print(f"{past} {done} dead job{'s' if done != 1 else ''}")
-    if args.id is not None and done == 0:
-        raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
-    return Exit.OK
-
-
-def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
-    store = ctx.store()
-    if args.limit < 1:
-        raise usage_error("dead list: --limit must be at least 1")
-    if args.id is not None:
-        info = store.get(args.topic, args.id)
-        if info is None or info.state != State.DEAD:
-            raise CliError(Exit.NOT_FOUND, "not_found", f"no dead job {args.topic}/{args.id}")
-        infos = [info]
-    else:
-        infos = store.dead(args.topic, args.limit)
-    if ctx.json:
-        print_json([job_json(info) for info in infos])
-        return Exit.OK
-    if not infos:
-        print("no dead jobs")
-        return Exit.OK
-    now_ms = store.clock.now_ms()
-    rows = [
-        [
-            info.topic,
-            info.id,
-            info.attempts_failed,
-            format_time_ms(info.dead_since_ms or 0),
-            format_relative_ms(info.dead_since_ms or 0, now_ms),
-        ]
-        for info in infos
-    ]
-    print(table(["topic", "id", "attempts", "died", "ago"], rows))
-    print("\nwhy a job died: redelay history TOPIC ID")
     return Exit.OK

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+import shlex
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -11,9 +13,13 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, TextIO, TypeVar
 
+from actors.lifecycle import LIVE_STATES_IN_ORDER
+from actors.replay import Drift, ReplayedJob
 from actors.values import JobInfo
 
 T = TypeVar("T")
+
+STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)  # in the order tables show them
 
 
 class Exit(IntEnum):
@@ -31,12 +37,16 @@ class Exit(IntEnum):
 
 
 class CliError(Exception):
-    """Ends the command with ``code``; ``kind`` is the machine-readable name shown with --json."""
+    """Ends the command with ``code``; ``kind`` is the machine-readable name shown with --json,
+    ``details`` are extra fields of that JSON error document (e.g. ``{"requeued": 0}``)."""
 
-    def __init__(self, code: Exit, kind: str, message: str) -> None:
+    def __init__(
+        self, code: Exit, kind: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.kind = kind
+        self.details = details or {}
 
 
 def usage_error(message: str) -> CliError:
@@ -53,9 +63,13 @@ def parse_duration_s(text: str, name: str = "duration") -> float:
     """``"30"`` (seconds), ``"1.5s"``, ``"500ms"``, ``"5m"``, ``"1h30m"``, ``"2d"`` -> seconds."""
     value = text.strip()
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise usage_error(f"{name}: {text!r} is not a finite number of seconds")
+        return seconds
     pos, total_ms = 0, 0.0
     for match in _DURATION_RE.finditer(value):
         if match.start() != pos:
@@ -68,16 +82,27 @@ def parse_duration_s(text: str, name: str = "duration") -> float:
 
 
 def parse_schedule_s(text: str) -> list[float]:
-    """``"15s,3m,10m"`` -> [15.0, 180.0, 600.0]."""
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
+    """``"15s,3m,10m"`` -> [15.0, 180.0, 600.0]. An empty step (``15s,,3m``) is refused rather
+    than dropped: the schedule would silently be one attempt shorter than the one typed."""
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
         raise usage_error("retry: give a comma-separated list of delays, e.g. 15s,3m,10m")
-    return [parse_duration_s(p, "retry") for p in parts]
+    steps = [parse_duration_s(p, "retry") if p else None for p in parts]
+    for n, step in enumerate(steps, start=1):
+        if step is None:
+            raise usage_error(f"retry: step {n} of {text!r} is empty (e.g. 15s,3m,10m)")
+    return [step for step in steps if step is not None]
+
+
+# Epoch seconds pass 1e11 in the year 5138; a larger number is almost surely milliseconds.
+EPOCH_SECONDS_MAX = 1e11
+TIME_EXAMPLES = "examples: now, -5m, +1h, 1714557600, 2024-05-01T12:00:00+02:00"
 
 
 def parse_time_ms(text: str, now_ms: int, name: str = "time") -> int:
-    """An instant: ``now``, ``-5m`` / ``+10s`` (relative), epoch seconds (or ms when above
-    10**12), or ISO 8601 (``2024-05-01T12:00:00+02:00``; without an offset it is local time)."""
+    """An instant: ``now``, ``-5m`` / ``+10s`` (relative), epoch seconds (as the API's ``at``),
+    or ISO 8601 with a zone (``2024-05-01T12:00:00+02:00``, ``...Z``). Numbers that look like
+    milliseconds and times without a zone are refused: both are ambiguous, as in the API."""
     value = text.strip()
     if value == "now":
         return now_ms
@@ -89,16 +114,24 @@ def parse_time_ms(text: str, now_ms: int, name: str = "time") -> int:
     except ValueError:
         pass
     else:
-        return round(number) if abs(number) >= 10**12 else round(number * 1000)
+        if not math.isfinite(number):
+            raise usage_error(f"{name}: {text!r} is not a time ({TIME_EXAMPLES})")
+        if EPOCH_SECONDS_MAX < abs(number) <= EPOCH_SECONDS_MAX * 1000:
+            raise usage_error(
+                f"{name}: {text} looks like milliseconds; --{name} takes epoch seconds "
+                f"({number / 1000:.3f})".replace(".000)", ")")
+            )
+        if abs(number) > EPOCH_SECONDS_MAX:
+            raise usage_error(f"{name}: {text} is not a time in epoch seconds ({TIME_EXAMPLES})")
+        return round(number * 1000)
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise usage_error(
-            f"{name}: {text!r} is not a time (examples: now, -5m, 1714557600, "
-            "2024-05-01T12:00:00+02:00)"
-        ) from None
+        raise usage_error(f"{name}: {text!r} is not a time ({TIME_EXAMPLES})") from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # naive means local time, as `date` prints it
+        raise usage_error(
+            f"{name}: {text!r} needs a time zone, e.g. {value}Z (UTC) or {value}+02:00"
+        )
     return round(moment.timestamp() * 1000)
 
 
@@ -168,6 +201,16 @@ def _is_number(text: str) -> bool:
 
 def print_json(value: Any, stream: TextIO | None = None) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False), file=stream or sys.stdout)
+
+
+def print_json_line(value: Any) -> None:
+    """One event of a stream (``worker --json``): one compact document per line, flushed."""
+    print(json.dumps(value, ensure_ascii=False), flush=True)
+
+
+def command_line(words: Sequence[str]) -> str:
+    """``words`` as a shell command that runs as printed (each word quoted where needed)."""
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def decode_body(body: bytes) -> Any:
@@ -250,3 +293,93 @@ class Progress:
         if self.enabled and (self._shown or not self._tty):
             self._show(final=True)
             self.enabled = False
+
+
+# -- what the commands show of jobs, events and replays -------------------------------------
+
+
+def describe_job(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
+    """What ``get`` shows of a job, as (name, value) rows."""
+    rows = [
+        ("job", f"{info.topic}/{info.id}"),
+        ("state", info.state + (" (cancel requested)" if info.cancel_requested else "")),
+        ("due", f"{format_time_ms(info.due_ms)} ({format_relative_ms(info.due_ms, now_ms)})"),
+        ("attempt", f"{info.attempt} ({info.attempts_failed} failed so far)"),
+        ("created", format_time_ms(info.created_ms) if info.created_ms else "-"),
+        ("body", json.dumps(decode_body(info.body_bytes), ensure_ascii=False)),
+    ]
+    if info.callback:
+        rows.append(("callback", info.callback))
+    if info.retry_ms is not None:
+        rows.append(("retry", ",".join(format_duration_ms(ms) for ms in info.retry_ms)))
+    if info.lease_deadline_ms is not None:
+        deadline = info.lease_deadline_ms
+        rows.append(("lease until", f"{format_time_ms(deadline)} (token {info.token})"))
+    if info.dead_since_ms is not None:
+        since = info.dead_since_ms
+        rows.append(
+            ("dead since", f"{format_time_ms(since)} ({format_relative_ms(since, now_ms)})")
+        )
+    return rows
+
+
+def event_details(fields: dict[str, str]) -> str:
+    """The part of an event people read: where it went, why, until when."""
+    ms = int(fields["ms"])
+    parts: list[str] = []
+    if "to" in fields:
+        parts.append(f"-> {fields['to']}")
+    if "due" in fields and fields["e"] != "ready":
+        parts.append(f"due {format_relative_ms(int(fields['due']), ms)}")
+    if "dl" in fields:
+        parts.append(f"lease for {format_duration_ms(int(fields['dl']) - ms)}")
+    if fields.get("by"):
+        parts.append(f"by {fields['by']}")
+    for name in ("from", "via", "op", "code"):
+        if name in fields:
+            parts.append(f"{name} {fields[name]}")
+    if "detail" in fields:
+        parts.append(fields["detail"])
+    if "why" in fields:
+        parts.append(f"why: {fields['why']}")
+    if fields.get("cancelled"):
+        parts.append("(cancel had been requested)")
+    return ", ".join(parts)
+
+
+AUDIT_BASE_FIELDS = ("e", "t", "i", "a", "ms")  # every event has them; the rest are its own
+
+
+def event_json(entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": entry_id,
+        "event": fields["e"],
+        "attempt": int(fields["a"]),
+        "at_ms": int(fields["ms"]),
+        "at": iso_ms(int(fields["ms"])),
+        "fields": {k: v for k, v in fields.items() if k not in AUDIT_BASE_FIELDS},
+    }
+
+
+def replayed_json(job: ReplayedJob) -> dict[str, Any]:
+    return {
+        "topic": job.topic,
+        "id": job.id,
+        "state": job.state.value,
+        "due_ms": job.due_ms,
+        "attempts_failed": job.attempts_failed,
+        "lease_token": job.token,
+        "lease_deadline_ms": job.deadline_ms,
+        "cancel_requested": job.cancel_requested,
+        "partial": job.partial,
+    }
+
+
+def drift_json(drift: Drift) -> dict[str, Any]:
+    return {
+        "topic": drift.topic,
+        "id": drift.id,
+        "field": drift.field,
+        "replayed": drift.replayed,
+        "live": drift.live,
+    }

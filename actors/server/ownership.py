@@ -117,19 +117,19 @@ def choose_binary(data_dir: Path, binary: str | None = None) -> tuple[str, Versi
                 return candidate, version
         owner_text = f"redis-server {version_text(owner.version)} ({owner.binary})"
         wanted = f"a Redis {_family(owner.version)}"
-        older_than = owner.version
+        owner_version = owner.version
     else:
         legacy = _legacy_owner(data_dir)
         if legacy is None:
             return found[0]  # a new directory: the usual choice becomes its owner
-        owner_text, older_than = legacy
-        major = older_than[0]
+        owner_text, owner_version = legacy
+        major = owner_version[0]
         for candidate, version in found:
             if (version[0] >= 7) == (major >= 7):
                 return candidate, version
         wanted = f"a Redis {major}" if major < 7 else "a Redis 7 or newer"
     chosen, version = found[0]
-    if explicit is not None and version > older_than:
+    if explicit is not None and version > owner_version:
         log.warning(
             "%s: converting data of %s to redis-server %s (%s) for good, as %s",
             data_dir,
@@ -139,7 +139,7 @@ def choose_binary(data_dir: Path, binary: str | None = None) -> tuple[str, Versi
             "binary= asked" if binary else f"{ENV_BINARY} asked",
         )
         return chosen, version
-    raise DataDirVersionError(_refusal(data_dir, owner_text, wanted, found, older_than))
+    raise DataDirVersionError(_refusal(data_dir, owner_text, wanted, found, owner_version))
 
 
 def _refusal(

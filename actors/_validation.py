@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import orjson
@@ -65,18 +66,105 @@ def namespace(value: object, field: str = "namespace") -> str:
 
 
 def body(value: Any, field: str = "body") -> bytes:
-    """Serializes a body with orjson and checks its size."""
+    """Serializes a body with orjson and checks its size and that every number is finite."""
     try:
         encoded = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise ValidationError(
             field, f"is not JSON-serializable: {exc}", "a value orjson can serialize"
         ) from None
+    # orjson writes NaN and Infinity as null, which would change the body silently; a body
+    # without any null cannot hold one, so only those are walked.
+    if b"null" in encoded:
+        where = _non_finite_path(value, field)
+        if where is not None:
+            raise ValidationError(
+                where, "is NaN or Infinity, which JSON cannot hold", "finite numbers only"
+            )
     if len(encoded) > c.BODY_MAX_BYTES:
         raise ValidationError(
             field, f"is {len(encoded)} bytes as JSON", f"{c.BODY_MAX_BYTES} bytes"
         )
     return encoded
+
+
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _key_path(path: str, key: object) -> str:
+    if isinstance(key, str) and _IDENTIFIER_RE.fullmatch(key):
+        return f"{path}.{key}"
+    shown = orjson.dumps(key).decode() if isinstance(key, str) else repr(key)
+    return f"{path}[{shown}]"
+
+
+def _non_finite_path(value: Any, path: str) -> str | None:
+    """The path of the first NaN or infinite float in ``value`` (as orjson walks it), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    children: Iterable[tuple[str, Any]]
+    if isinstance(value, dict):
+        children = ((_key_path(path, k), v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        children = ((f"{path}[{n}]", v) for n, v in enumerate(value))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        children = (
+            (_key_path(path, f.name), getattr(value, f.name)) for f in dataclasses.fields(value)
+        )
+    else:
+        return None
+    for child_path, child in children:
+        found = _non_finite_path(child, child_path)
+        if found is not None:
+            return found
+    return None
+
+
+# Durations are checked in milliseconds but reported in the unit the caller used: "s" for the
+# public API (seconds), "ms" for the store's callers. Either way a readable size comes with it.
+Unit = Literal["s", "ms"]
+
+_MS_PER: tuple[tuple[str, float], ...] = (
+    ("year", 365.25 * 86_400_000),
+    ("day", 86_400_000),
+    ("hour", 3_600_000),
+    ("minute", 60_000),
+    ("second", 1_000),
+)
+
+# Epoch seconds above this are far past year 5000: almost certainly milliseconds.
+EPOCH_S_MAX_PLAUSIBLE = 1e11
+
+
+def _plain(number: float) -> str:
+    """A number without scientific notation: 3155760000000, 1.5, 0.25."""
+    if number == int(number):
+        return str(int(number))
+    return f"{number:.3f}".rstrip("0").rstrip(".")
+
+
+def readable_ms(ms: float) -> str:
+    """A duration for people: 100 years, 1.5 hours, 250 ms (three significant digits)."""
+    size = abs(ms)
+    for name, unit_ms in _MS_PER:
+        if size >= unit_ms:
+            value = float(f"{ms / unit_ms:.3g}")
+            return f"{_plain(value)} {name}{'' if abs(value) == 1 else 's'}"
+    return f"{_plain(float(f'{ms:.3g}') if size >= 1 else round(ms, 3))} ms"
+
+
+def _in_unit(ms: float, unit: Unit) -> str:
+    """A duration in the caller's unit: readable for seconds, exact (and readable) for ms."""
+    if unit == "s":
+        return readable_ms(ms)
+    exact = f"{_plain(ms)} ms"
+    return exact if abs(ms) < 1_000 else f"{exact} ({readable_ms(ms)})"
+
+
+def _range(lower_ms: int, upper_ms: int, unit: Unit, note: str = "") -> str:
+    scale = 1_000 if unit == "s" else 1
+    text = f"{_plain(lower_ms / scale)} to {_plain(upper_ms / scale)} {unit}"
+    return f"{text} ({note})" if note else text
 
 
 def _number(field: str, value: object, limit: str) -> float:
@@ -87,43 +175,94 @@ def _number(field: str, value: object, limit: str) -> float:
     return float(value)
 
 
-def delay_ms(value: object, field: str = "delay", allow_negative: bool = False) -> int:
-    """A delay given in milliseconds: finite, within ten years (past due allowed for `at`)."""
+def _bounded_ms(
+    field: str, number_ms: float, lower_ms: int, upper_ms: int, unit: Unit, limit: str
+) -> int:
+    given = _in_unit(number_ms, unit)
+    if number_ms < lower_ms:
+        if lower_ms == 0:
+            raise ValidationError(field, f"is {given}, which is negative", limit)
+        minimum = _in_unit(lower_ms, unit)
+        raise ValidationError(field, f"is {given}, less than the minimum of {minimum}", limit)
+    if number_ms > upper_ms:
+        maximum = _in_unit(upper_ms, unit)
+        raise ValidationError(field, f"is {given}, more than the limit of {maximum}", limit)
+    return round(number_ms)
+
+
+def delay_ms(
+    value: object, field: str = "delay", allow_negative: bool = False, unit: Unit = "ms"
+) -> int:
+    """A delay given in milliseconds: finite, within ten years (past due allowed for `at`).
+
+    ``unit`` is only how errors speak: the unit the caller gave the value in before converting.
+    """
     lower = -c.DELAY_MAX_MS if allow_negative else 0
-    limit = f"{lower} to {c.DELAY_MAX_MS} ms (ten years)"
+    limit = _range(lower, c.DELAY_MAX_MS, unit, "ten years")
     number = _number(field, value, limit)
-    if number < lower or number > c.DELAY_MAX_MS:
-        raise ValidationError(field, f"is {number:g} ms", limit)
-    return round(number)
+    return _bounded_ms(field, number, lower, c.DELAY_MAX_MS, unit, limit)
 
 
 def due_ms(value: object, now_ms: int, field: str = "at") -> int:
     """An absolute due time in ms since the epoch, at most ten years from now either way."""
     limit = f"within {c.DELAY_MAX_MS} ms (ten years) of now"
     number = _number(field, value, limit)
-    if abs(number - now_ms) > c.DELAY_MAX_MS:
-        raise ValidationError(field, f"is {number - now_ms:+g} ms from now", limit)
+    offset = number - now_ms
+    if abs(offset) > c.DELAY_MAX_MS:
+        when = "from now" if offset > 0 else "ago"
+        raise ValidationError(
+            field,
+            f"is {_in_unit(abs(offset), 'ms')} {when}, more than the limit of "
+            f"{_in_unit(c.DELAY_MAX_MS, 'ms')}",
+            limit,
+        )
     return round(number)
 
 
-def schedule_ms(value: object, field: str = "retry") -> tuple[int, ...]:
+def due_at_s(value: object, now_ms: int, field: str = "at") -> int:
+    """The public API's ``at`` in epoch seconds, as a due time in ms: a past time means now.
+
+    Still a finite number from the epoch to ten years from now; a number that can only be
+    milliseconds (or microseconds) is refused with that hint rather than read as a far future.
+    """
+    limit = "epoch seconds, from 0 (a past time means now) to ten years from now"
+    number = _number(field, value, limit)
+    if number > EPOCH_S_MAX_PLAUSIBLE:
+        raise ValidationError(
+            field,
+            f"{_plain(number)} looks like milliseconds since the epoch; at takes seconds "
+            f"(divide by 1000: {_plain(number / 1000)})",
+            limit,
+        )
+    if number < 0:
+        raise ValidationError(field, f"{_plain(number)} is before the epoch (1970)", limit)
+    offset_ms = number * 1000 - now_ms
+    if offset_ms > c.DELAY_MAX_MS:
+        raise ValidationError(
+            field,
+            f"is {_in_unit(offset_ms, 's')} from now, more than the limit of "
+            f"{_in_unit(c.DELAY_MAX_MS, 's')}",
+            limit,
+        )
+    return max(round(number * 1000), now_ms)
+
+
+def schedule_ms(value: object, field: str = "retry", unit: Unit = "ms") -> tuple[int, ...]:
     """A retry schedule: a non-empty list of finite non-negative delays in milliseconds."""
-    limit = f"a list of 1 to {c.SCHEDULE_MAX_STEPS} delays in ms"
+    limit = f"a list of 1 to {c.SCHEDULE_MAX_STEPS} delays in {unit}"
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise ValidationError(field, f"must be a list of delays, got {type(value).__name__}", limit)
     if not value:
         raise ValidationError(field, "must not be empty", limit)
     if len(value) > c.SCHEDULE_MAX_STEPS:
         raise ValidationError(field, f"has {len(value)} steps", f"{c.SCHEDULE_MAX_STEPS} steps")
-    return tuple(delay_ms(step, f"{field}[{n}]") for n, step in enumerate(value))
+    return tuple(delay_ms(step, f"{field}[{n}]", unit=unit) for n, step in enumerate(value))
 
 
-def lease_ms(value: object, field: str = "lease") -> int:
-    limit = f"{c.LEASE_MS_MIN} to {c.LEASE_MS_MAX} ms"
+def lease_ms(value: object, field: str = "lease", unit: Unit = "ms") -> int:
+    limit = _range(c.LEASE_MS_MIN, c.LEASE_MS_MAX, unit)
     number = _number(field, value, limit)
-    if number < c.LEASE_MS_MIN or number > c.LEASE_MS_MAX:
-        raise ValidationError(field, f"is {number:g} ms", limit)
-    return round(number)
+    return _bounded_ms(field, number, c.LEASE_MS_MIN, c.LEASE_MS_MAX, unit, limit)
 
 
 def callback_url(value: object, field: str = "callback") -> str:

@@ -50,6 +50,6 @@ class Retry(Exception):
     def __init__(self, after: float | timedelta, reason: str = "retry requested") -> None:
         seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
         # A bad delay raises here, inside the handler, so it is an ordinary failed attempt.
-        self.after_ms = validation.delay_ms(seconds * 1000, "after")
+        self.after_ms = validation.delay_ms(seconds * 1000, "after", unit="s")
         self.reason = reason
         super().__init__(f"{reason} (after {seconds:g}s)")

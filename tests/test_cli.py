@@ -161,6 +161,17 @@ def test_add_of_an_existing_job_exits_4_unless_replace(cli: Cli) -> None:
     assert replaced["replaced"] == "delayed"
 
 
+def test_add_at_a_past_epoch_second_means_now_as_in_the_api(cli: Cli) -> None:
+    """Issue 11 point 7: `--at 1` was refused ("56.9 years ago") while the API's at=1 means now."""
+    before_ms = time.time() * 1000
+    added = cli.json("add", "t", "long-ago", "--at", "1")
+    assert added["state"] == "ready"
+    assert added["due_ms"] >= before_ms - 1_000  # now, not 1970
+    too_far = cli("add", "t", "far", "--at", str(time.time() + 20 * 365 * 86_400))
+    assert too_far.returncode == 2
+    assert "10 years" in too_far.stderr
+
+
 def test_add_times_delays_and_options(cli: Cli, tmp_path: Path) -> None:
     now_ms = time.time() * 1000
     at_iso = cli.json("add", "t", "iso", "--at", "2030-01-01T00:00:00+00:00")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from actors import _validation as validation
 from actors.cli.context import Context
 from actors.cli.output import (
     STATES,
@@ -89,6 +90,11 @@ def read_body(text: str) -> Any:
         raise usage_error(f"body: {source} is not valid JSON: {exc}") from None
 
 
+def _due_at_ms(text: str, now_ms: int) -> int:
+    """--at as the API reads ``at``: a past time means now, the same limits and messages."""
+    return validation.due_at_s(parse_time_ms(text, now_ms, "at") / 1000, now_ms, "at")
+
+
 def run_add(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     now_ms = store.clock.now_ms()
@@ -98,7 +104,7 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
         args.id,
         body,
         delay_ms=None if args.delay is None else parse_duration_s(args.delay, "delay") * 1000,
-        due_ms=None if args.at is None else parse_time_ms(args.at, now_ms, "at"),
+        due_ms=None if args.at is None else _due_at_ms(args.at, now_ms),
         retry_ms=None if args.retry is None else [s * 1000 for s in parse_schedule_s(args.retry)],
         lease_ms=None if args.lease is None else parse_duration_s(args.lease, "lease") * 1000,
         callback=args.callback,

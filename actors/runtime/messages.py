@@ -28,7 +28,7 @@ class Carry:
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """Carrier (from its WakeSubscriber thread): a delayed job due at ``due_ms`` became the
+    """Carrier (from the process's ShardNotifier): a delayed job due at ``due_ms`` became the
     earliest one (maybe added by another process)."""
 
     due_ms: int
@@ -41,7 +41,8 @@ class Sweep:
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """TopicListener: lease what the pool can take; block on Redis when nothing is ready."""
+    """TopicListener: lease what the pool can take; wait for a ReadyNotice when nothing is
+    ready."""
 
 
 @dataclass(frozen=True, slots=True)

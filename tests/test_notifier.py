@@ -12,8 +12,8 @@ import redis
 from _actor_support import stop_actors, wait_for  # noqa: F401  (fixture)
 
 from actors.clock import FakeClock
-from actors.runtime.messages import Carry, Wake
-from actors.runtime.notifier import ReadyNotice, ShardNotifier
+from actors.runtime.messages import Carry, ReadyNotice, Wake
+from actors.runtime.notifier import ShardNotifier
 from actors.storage.sharding import ShardedStore
 
 pytestmark = pytest.mark.usefixtures("stop_actors")

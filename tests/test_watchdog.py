@@ -13,7 +13,7 @@ import pykka
 import pytest
 from _actor_support import ready_ids, stats, stop_actors, wait_for  # noqa: F401
 
-from actors import DelayQueue
+from actors import DelayQueue, testing
 from actors.clock import FakeClock
 from actors.runtime._actor import RedelayActor
 from actors.runtime.carrier import Carrier
@@ -174,7 +174,7 @@ def test_the_facade_reports_a_restart_in_health(
         report = queue.health()
         assert set(report) == {"watchdog", "carrier", "sweeper", "topic:t"}
         assert all(unit["alive"] and unit["restarts"] == 0 for unit in report.values())
-        refs = queue._system.refs()  # type: ignore[union-attr]
+        refs = testing.actor_refs(queue)
         refs["carrier"].tell(Wake("not a time"))  # type: ignore[arg-type]  # a bug: TypeError
         wait_for(lambda: queue.health()["carrier"]["restarts"] == 1, "the restart in health()")
         assert queue.health()["carrier"]["alive"]

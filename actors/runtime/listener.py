@@ -25,8 +25,8 @@ import redis
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff
-from actors.runtime.messages import Fetch, Run, SlotsFreed, Stats, StopFetching
-from actors.runtime.notifier import ReadyNotice, ShardNotifier
+from actors.runtime.messages import Fetch, ReadyNotice, Run, SlotsFreed, Stats, StopFetching
+from actors.runtime.notifier import ShardNotifier
 from actors.storage.jobstore import JobStore
 from actors.values import Lease
 

@@ -46,6 +46,13 @@ class Fetch:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadyNotice:
+    """TopicListener (from the process's ShardNotifier): its topic may have ready jobs. Unlike a
+    Fetch it is folded into the one the listener may already have queued, so a burst of notices
+    cannot flood its mailbox and hold up the SlotsFreed behind them."""
+
+
+@dataclass(frozen=True, slots=True)
 class SlotsFreed:
     """TopicListener: the pool finished ``count`` jobs, so it can take that many more."""
 

@@ -28,26 +28,18 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
 from actors.runtime._backoff import Backoff
-from actors.runtime.messages import Carry, Wake
+from actors.runtime.messages import Carry, ReadyNotice, Wake
 from actors.storage.jobstore import JobStore
 from actors.storage.sharding import ready_channel, shard_stores
 
 log = logging.getLogger("actors.notifier")
 
 _BATCH_MAX = 1_000  # most messages folded into one round of tells
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyNotice:
-    """TopicListener (from the notifier): its topic may have ready jobs. Unlike a Fetch it is
-    folded into the one the listener may already have queued, so a burst of notices cannot
-    flood its mailbox and hold up the SlotsFreed behind them."""
 
 
 class ShardNotifier:

@@ -115,3 +115,13 @@ def test_a_waiting_listener_is_told_once_and_a_notice_during_its_lease_is_not_lo
     store.add(store.new_job("t", "unasked"))
     wait_for(lambda: notifier.messages > seen, "a notice nobody waits for")
     assert received(listener) == [ReadyNotice(), ReadyNotice()]  # told once per await_ready
+
+
+def test_after_a_lost_connection_a_waiting_listener_looks_again(
+    redis_client: redis.Redis, notifier: ShardNotifier
+) -> None:
+    waiting = Inbox.start()
+    notifier.await_ready("t", waiting, notifier.ready_mark("t"))
+    redis_client.client_kill_filter(_type="pubsub")
+    wait_for(lambda: notifier.resubscribes >= 1, "a resubscription")
+    wait_for(lambda: received(waiting) == [ReadyNotice()], "a look")

@@ -7,7 +7,8 @@
 4. Drain the pools: jobs fetched but not started are released to the front of their ready list
    (no attempt counted); running handlers get until the grace deadline to finish and be acked.
 5. Stop pools and listeners. Jobs still running keep their lease; a sweeper (in this or another
-   process) recovers them when it expires. Actors close their own connections as they stop.
+   process) recovers them when it expires. ActorSystem.stop then stops the notifier (its
+   pub/sub connection) and the facade closes its client.
 Every wait is bounded by the grace deadline or by grace + ``STOP_MARGIN_S``, so stopping takes
 at most grace + about a second, whatever state Redis or the actors are in.
 """

@@ -358,21 +358,14 @@ class DelayQueue:
         if self._system is not None:
             raise ConfigError("already started")
         for spec in self._handlers.values():
-            defaults = self.store.default_topic_config
             self.store.configure_topic(
-                spec.topic,
-                TopicConfig(
-                    spec.retry_ms or defaults.retry_ms,
-                    spec.lease_ms
-                    or max(defaults.lease_ms, min(spec.timeout_ms * 2, c.LEASE_MS_MAX)),
-                ),
+                spec.topic, spec.topic_config(self.store.default_topic_config)
             )
         self._system = ActorSystem(
             self.store,
             self.clock,
             list(self._handlers.values()),
             self.settings,
-            self.client,
         )
         self._stopped.clear()
         try:

@@ -20,9 +20,8 @@ from typing import Any
 import pykka
 import redis
 
-from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry
+from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry, testing
 from actors.lifecycle import PENDING_STATES
-from actors.runtime.messages import Stats
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
 
@@ -160,9 +159,10 @@ class World:
                 retry=[ms / 1000 for ms in topic.retry_ms],
                 lease=topic.lease_ms / 1000,
             )(self._handler(name, topic))
-        # Pool checks and blocking waits, tuned so a run takes few steps (see det_settings).
+        # Pool checks and listeners' backstop looks, tuned so a run takes few steps (see
+        # det_settings).
         queue.settings = replace(
-            queue.settings, check_interval_ms=s.check_interval_ms, block_timeout_s=1.0
+            queue.settings, check_interval_ms=s.check_interval_ms, look_interval_s=1.0
         )
         queue.start()
         self.workers[slot] = queue
@@ -258,16 +258,16 @@ class World:
             return None  # every worker is down already
         slot, queue = rng.choice(alive)
         if kind == "actor_crash":
-            refs = faults.actor_refs(queue)
+            refs = testing.actor_refs(queue)
             if not refs:
                 return None
             name = rng.choice(sorted(refs))
             self.record_fault(kind, f"{queue.consumer} {name}")
-            faults.crash_actor(queue, name, refs[name], self.admin)
+            testing.crash_actor(queue, name)
             return None
         if kind == "worker_abandon":
             self.record_fault(kind, queue.consumer)
-            faults.abandon(queue, self.admin)
+            testing.kill_worker(queue)
         elif kind == "worker_stop":
             self.record_fault(kind, queue.consumer)
             queue.stop(grace=self.settings.stop_grace_s)
@@ -304,11 +304,11 @@ class World:
         now = self.clock.now_ms()
         asked: list[tuple[str, pykka.Future[Any]]] = []
         for _, queue in self.alive_workers():
-            for name, ref in sorted(faults.actor_refs(queue).items()):
+            for name, ref in sorted(testing.actor_refs(queue).items()):
                 if name.startswith("listener:"):
-                    continue  # it may be blocked on Redis; the Redis side shows its work
+                    continue  # its work shows on the Redis side (the ready lists)
                 try:
-                    asked.append((name, ref.ask(Stats(), block=False)))
+                    asked.append((name, testing.ask_stats(ref)))
                 except pykka.ActorDeadError:
                     continue
         running = 0

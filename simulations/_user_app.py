@@ -11,21 +11,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from actors import DelayQueue
-from actors import _constants as c
-from actors import _validation as validation
 from actors.job import Job
-from actors.queue import _schedule_ms, _seconds
-from actors.runtime.system import HandlerSpec
+from actors.testing import HandlerRecorder, HandlerSpec, default_topic_config, handler_specs
 
 from .det_settings import TopicPlan
 
 BodyFn = Callable[[str, str], Any]
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _resolve(target: str, what: str) -> Any:
@@ -44,7 +39,7 @@ def load_specs(target: str) -> list[HandlerSpec]:
     """The handlers registered by ``target`` (a DelayQueue, or a register(queue) function)."""
     obj = _resolve(target, "--app")
     if isinstance(obj, DelayQueue):
-        specs = list(obj._handlers.values())
+        specs = handler_specs(obj)
     elif callable(obj):
         recorder = HandlerRecorder()
         obj(recorder)
@@ -56,45 +51,15 @@ def load_specs(target: str) -> list[HandlerSpec]:
     return specs
 
 
-class HandlerRecorder:
-    """Stands in for the DelayQueue a ``register(queue)`` function is given, and keeps what it
-    registers: the simulators build their own queues (a real DelayQueue talks to Redis as soon
-    as it is made). Takes ``DelayQueue.handler``'s arguments, converted the same way."""
-
-    def __init__(self) -> None:
-        self.specs: list[HandlerSpec] = []
-
-    def handler(
-        self,
-        topic: str,
-        *,
-        concurrency: int = 8,
-        timeout: float | timedelta = 30.0,
-        retry: Sequence[float | timedelta] | None = None,
-        lease: float | timedelta | None = None,
-    ) -> Callable[[F], F]:
-        validation.topic(topic)
-        validation.count(concurrency, "concurrency", 10_000)
-        timeout_ms = validation.lease_ms(_seconds(timeout, "timeout") * 1000, "timeout")
-        retry_ms = _schedule_ms(retry, "retry")
-        lease_ms = None if lease is None else validation.lease_ms(_seconds(lease, "lease") * 1000)
-
-        def register(fn: F) -> F:
-            self.specs.append(HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms))
-            return fn
-
-        return register
-
-
 def topic_plan(spec: HandlerSpec) -> TopicPlan:
     """The topic settings the worker would store for this handler (see DelayQueue.start)."""
-    lease_ms = spec.lease_ms or max(c.DEFAULT_LEASE_MS, min(spec.timeout_ms * 2, c.LEASE_MS_MAX))
+    config = default_topic_config(spec)
     return TopicPlan(
         name=spec.topic,
         concurrency=spec.concurrency,
         timeout_ms=spec.timeout_ms,
-        lease_ms=lease_ms,
-        retry_ms=spec.retry_ms or c.DEFAULT_RETRY_SCHEDULE_MS,
+        lease_ms=config.lease_ms,
+        retry_ms=config.retry_ms,
     )
 
 

@@ -1,5 +1,5 @@
 """Helpers for the actor tests: wait for a condition with a deadline, read Redis command counts,
-ask an actor for its stats, and stop every actor a test started."""
+ask an actor for its stats, start the process's notifier, and stop every actor a test started."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from actors.runtime.messages import Stats
+from actors.runtime.notifier import ShardNotifier, notifier_for
 from actors.storage.calls import decoded as _s
 from actors.storage.store import Store
 
@@ -61,3 +62,19 @@ def stop_actors() -> Iterator[None]:
     """Stops every actor still running when the test ends, so none leaks into the next test."""
     yield
     pykka.ActorRegistry.stop_all(block=True, timeout=WAIT_S)
+
+
+@pytest.fixture(name="notifiers")
+def notifiers_fixture() -> Iterator[Callable[[Store], ShardNotifier]]:
+    """Starts the notifier a process would have for a store (subscribed when it returns); the
+    carriers and listeners a test starts get their wake and ready signals from it."""
+    started: list[ShardNotifier] = []
+
+    def start(store: Store) -> ShardNotifier:
+        notifier = notifier_for(store).start()
+        started.append(notifier)
+        return notifier
+
+    yield start
+    for notifier in started:
+        notifier.stop()

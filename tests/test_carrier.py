@@ -10,25 +10,41 @@ from typing import Any
 import pykka
 import pytest
 import redis
-from _actor_support import ready_ids, stats, stop_actors, wait_for  # noqa: F401
+from _actor_support import notifiers_fixture, ready_ids, stats, stop_actors, wait_for  # noqa: F401
 
 from actors import DelayQueue
 from actors.clock import FakeClock
 from actors.runtime.carrier import Carrier
 from actors.runtime.messages import Carry
+from actors.runtime.notifier import ShardNotifier
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 
-
-def start_carrier(store: Store, clock: FakeClock, **kwargs: Any) -> pykka.ActorRef[Carrier]:
-    ref = Carrier.start(store, clock, **kwargs)
-    wait_for(lambda: stats(ref)["carries"] >= 1, "the carry at start")
-    return ref
+StartNotifier = Callable[[Store], ShardNotifier]
 
 
-def test_sleeps_until_the_earliest_due_time(store: Store, fake_clock: FakeClock) -> None:
+@pytest.fixture
+def start_carrier(
+    notifiers: StartNotifier,
+) -> Callable[..., pykka.ActorRef[Carrier]]:
+    """Starts a carrier with its process's notifier, and waits for its carry at start."""
+
+    def start(store: Store, clock: FakeClock, **kwargs: Any) -> pykka.ActorRef[Carrier]:
+        ref = Carrier.start(store, clock, notifier=notifiers(store), **kwargs)
+        wait_for(lambda: stats(ref)["carries"] >= 1, "the carry at start")
+        return ref
+
+    return start
+
+
+StartCarrier = Callable[..., pykka.ActorRef[Carrier]]
+
+
+def test_sleeps_until_the_earliest_due_time(
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier
+) -> None:
     start = fake_clock.now_ms()
     store.add(store.new_job("t", "later", delay_ms=5_000))
     store.add(store.new_job("t", "first", delay_ms=1_000))
@@ -46,7 +62,7 @@ def test_sleeps_until_the_earliest_due_time(store: Store, fake_clock: FakeClock)
 
 
 def test_an_earlier_add_shortens_the_sleep_and_a_later_one_does_not(
-    store: Store, fake_clock: FakeClock
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier
 ) -> None:
     start = fake_clock.now_ms()
     store.add(store.new_job("t", "far", delay_ms=60_000))
@@ -62,7 +78,7 @@ def test_an_earlier_add_shortens_the_sleep_and_a_later_one_does_not(
 
 
 def test_a_producer_only_process_wakes_the_carrier_through_the_wake_channel(
-    store: Store, fake_clock: FakeClock, redis_server: RedisProcess
+    store: Store, fake_clock: FakeClock, redis_server: RedisProcess, start_carrier: StartCarrier
 ) -> None:
     start = fake_clock.now_ms()
     carrier = start_carrier(store, fake_clock)
@@ -80,7 +96,9 @@ def test_a_producer_only_process_wakes_the_carrier_through_the_wake_channel(
     assert stats(carrier)["reasons"]["timer"] == 1
 
 
-def test_a_wake_for_a_job_already_due_carries_at_once(store: Store, fake_clock: FakeClock) -> None:
+def test_a_wake_for_a_job_already_due_carries_at_once(
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier
+) -> None:
     carrier = start_carrier(store, fake_clock)
     # A producer whose clock runs a second behind: to it the job is still delayed (so it is put
     # in the delayed set and announced), to the carrier it is already due, so the wake carries
@@ -92,7 +110,9 @@ def test_a_wake_for_a_job_already_due_carries_at_once(store: Store, fake_clock: 
     assert stats(carrier)["reasons"] == {"start": 1, "wake": 1}
 
 
-def test_carries_in_bounded_batches(store: Store, fake_clock: FakeClock) -> None:
+def test_carries_in_bounded_batches(
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier
+) -> None:
     store.add_many([store.new_job("t", f"j{n:04}", delay_ms=10) for n in range(2_500)])
     carrier = start_carrier(store, fake_clock, batch=1_000)
     fake_clock.advance(10)
@@ -103,7 +123,7 @@ def test_carries_in_bounded_batches(store: Store, fake_clock: FakeClock) -> None
 
 
 def test_a_big_backlog_yields_the_mailbox_between_rounds(
-    store: Store, fake_clock: FakeClock
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier
 ) -> None:
     store.add_many([store.new_job("t", f"j{n:03}", delay_ms=10) for n in range(250)])
     carrier = start_carrier(store, fake_clock, batch=10)
@@ -121,7 +141,7 @@ def outage_server(redis_factory: Callable[..., RedisProcess]) -> RedisProcess:
 
 
 def test_backs_off_while_redis_is_away_and_resumes_when_it_returns(
-    outage_server: RedisProcess, fake_clock: FakeClock
+    outage_server: RedisProcess, fake_clock: FakeClock, start_carrier: StartCarrier
 ) -> None:
     # A client without redis-py's own retries: the carrier's backoff is what is tested.
     client = redis.Redis.from_url(outage_server.url)
@@ -159,10 +179,12 @@ def test_backs_off_while_redis_is_away_and_resumes_when_it_returns(
     assert start < now
 
 
-def test_a_resubscription_asks_for_a_carry(store: Store, fake_clock: FakeClock) -> None:
+def test_a_resubscription_asks_for_a_carry(
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier
+) -> None:
     carrier = start_carrier(store, fake_clock)
-    # Drop the subscriber's connection: redis-py (or the subscriber) subscribes again, and a
-    # wake published meanwhile would be lost, so the carrier carries once more.
+    # Drop the notifier's connection: redis-py (or the notifier) subscribes again, and a wake
+    # published meanwhile would be lost, so the carrier carries once more.
     wait_for(lambda: _kill_pubsub_clients(store.client) == 1, "the subscriber's connection")
     wait_for(lambda: stats(carrier)["reasons"].get("resubscribed") == 1, "a carry")
     carrier.tell(Carry("test"))

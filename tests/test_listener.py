@@ -1,6 +1,6 @@
-"""TopicListener: leases at most the pool's free slots in one round trip, blocks on Redis when
-there is no work (no polling: Redis's own command counts prove it), loses no wake-up, and backs
-off while Redis is away. Driven by the fake clock; the blocking wait is Redis's own."""
+"""TopicListener: leases at most the pool's free slots in one round trip, waits for a ready notice
+when there is no work (no polling: Redis's own command counts prove it) while still answering its
+mailbox, loses no wake-up, and backs off while Redis is away. Driven by the fake clock."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pykka
 import pytest
 import redis
 from _actor_support import (  # noqa: F401
-    blocked_clients,
     command_calls,
+    notifiers_fixture,
     ready_ids,
     stats,
     stop_actors,
@@ -25,6 +25,7 @@ from actors.clock import FakeClock
 from actors.job import Job
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import SetListener
+from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -41,50 +42,33 @@ class Unit:
         clock: FakeClock,
         handler: Callable[[Job], Any],
         concurrency: int,
-        block_timeout_s: float = 30.0,
+        notifier: ShardNotifier,
+        look_interval_s: float = 30.0,
     ) -> None:
         self.store = store
         self.pool = ConsumerPool.start(
             store, clock, "t", handler, concurrency=concurrency, timeout_ms=60_000
         )
         self.listener = TopicListener.start(
-            store, clock, "t", self.pool, concurrency, block_timeout_s=block_timeout_s
+            store,
+            clock,
+            "t",
+            self.pool,
+            concurrency,
+            look_interval_s=look_interval_s,
+            notifier=notifier,
         )
         self.pool.tell(SetListener(self.listener))
 
     def listener_stats(self) -> dict[str, Any]:
-        """Asks even while the listener is blocked: unblocks it until it answers."""
-        from actors.runtime.messages import Stats
-
-        answer = self.listener.ask(Stats(), block=False)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            _unblock_all(self.store.client)
-            try:
-                result: dict[str, Any] = answer.get(timeout=0.05)
-                return result
-            except pykka.Timeout:
-                continue
-        pytest.fail("the listener never answered")
+        return stats(self.listener)
 
     def stop(self) -> None:
-        """Stops the listener without waiting for its block timeout."""
-        stopped = self.listener.stop(block=False)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # until it stops: it may block again meanwhile
-            _unblock_all(self.store.client)
-            try:
-                stopped.get(timeout=0.05)
-                break
-            except pykka.Timeout:
-                continue
+        self.listener.stop(timeout=5)
         self.pool.stop(timeout=5)
 
 
-def _unblock_all(client: redis.Redis) -> None:
-    for entry in client.client_list():
-        if "b" in entry["flags"]:
-            client.client_unblock(int(entry["id"]))
+StartNotifier = Callable[[Store], ShardNotifier]
 
 
 def add_ready(store: Store, count: int) -> None:
@@ -92,7 +76,7 @@ def add_ready(store: Store, count: int) -> None:
 
 
 def test_leases_at_most_the_free_slots_in_one_round_trip(
-    store: Store, fake_clock: FakeClock
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
 ) -> None:
     add_ready(store, 10)
     gate = threading.Event()
@@ -102,7 +86,7 @@ def test_leases_at_most_the_free_slots_in_one_round_trip(
         running.append(job.id)
         gate.wait()
 
-    unit = Unit(store, fake_clock, handler, 3)
+    unit = Unit(store, fake_clock, handler, 3, notifiers(store))
     try:
         wait_for(lambda: len(running) == 3, "three handlers running")
         assert stats(unit.listener) == {
@@ -120,7 +104,7 @@ def test_leases_at_most_the_free_slots_in_one_round_trip(
 
 
 def test_finished_jobs_free_slots_and_the_next_lease_takes_that_many(
-    store: Store, fake_clock: FakeClock
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
 ) -> None:
     add_ready(store, 10)
     gates = {f"j{n:02}": threading.Event() for n in range(10)}
@@ -136,7 +120,7 @@ def test_finished_jobs_free_slots_and_the_next_lease_takes_that_many(
         with lock:
             active.discard(job.id)
 
-    unit = Unit(store, fake_clock, handler, 3)
+    unit = Unit(store, fake_clock, handler, 3, notifiers(store))
     try:
         wait_for(lambda: len(active) == 3, "three running")
         gates["j00"].set()
@@ -155,21 +139,33 @@ def test_finished_jobs_free_slots_and_the_next_lease_takes_that_many(
         unit.stop()
 
 
-def test_blocks_on_redis_without_polling(store: Store, fake_clock: FakeClock) -> None:
+def test_waits_for_a_notice_without_polling_and_answers_meanwhile(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
     done = threading.Event()
-    unit = Unit(store, fake_clock, lambda job: done.set(), 2)
+    unit = Unit(store, fake_clock, lambda job: done.set(), 2, notifiers(store))
     try:
-        wait_for(lambda: blocked_clients(store.client) == 1, "the listener blocked in BLMOVE")
-        before = command_calls(store.client, "evalsha", "blmove")
+        wait_for(lambda: unit.listener_stats()["waits"] == 1, "the listener waiting for a notice")
+        before = command_calls(store.client, "evalsha")
         # Watch a quiet half second: a poller, even a slow one, would show up in the counts.
         time.sleep(0.5)
-        assert command_calls(store.client, "evalsha", "blmove") == before
-        assert stats_or_none(unit.listener) is None  # still blocked: it answers nothing
+        assert command_calls(store.client, "evalsha") == before
+        # It waits in its mailbox, not on Redis: it answers at once.
+        assert stats_or_none(unit.listener) == {
+            "leased": 0,
+            "leases": 1,
+            "waits": 1,
+            "free_slots": 2,
+            "failures": 0,
+        }
 
         store.add(store.new_job("t", "wake", None))
-        assert done.wait(5), "the blocked listener did not notice the job"
+        assert done.wait(5), "the waiting listener did not notice the job"
         wait_for(lambda: store.stats()["t"]["leased"] == 0, "the ack")
-        assert unit.listener_stats()["waits"] == 2  # the first wait, then the one after the job
+        # The first wait, then one after the job; a third when the pool's SlotsFreed came after
+        # the look that followed the lease (its one free slot found nothing) rather than before.
+        # Any more would be polling.
+        assert unit.listener_stats()["waits"] in (2, 3)
     finally:
         unit.stop()
 
@@ -187,12 +183,12 @@ def _stats_message() -> Any:
     return Stats()
 
 
-def test_no_wake_up_is_lost(store: Store, fake_clock: FakeClock) -> None:
+def test_no_wake_up_is_lost(store: Store, fake_clock: FakeClock, notifiers: StartNotifier) -> None:
     """Each job is added the moment the previous one is handled, which is when the listener
-    goes from its empty lease to its BLMOVE. With a 30 s block timeout, a lost wake-up would
-    stall the loop for 30 s; every job must come within the 5 s wait instead."""
+    goes from its empty lease to waiting for a notice. With a 30 s backstop look, a lost wake-up
+    would stall the loop for 30 s; every job must come within the 5 s wait instead."""
     delivered = threading.Semaphore(0)
-    unit = Unit(store, fake_clock, lambda job: delivered.release(), 1)
+    unit = Unit(store, fake_clock, lambda job: delivered.release(), 1, notifiers(store))
     try:
         for n in range(60):
             store.add(store.new_job("t", f"w{n}", None))
@@ -203,16 +199,19 @@ def test_no_wake_up_is_lost(store: Store, fake_clock: FakeClock) -> None:
 
 
 def test_backs_off_while_redis_is_away_and_resumes(
-    redis_factory: Callable[..., RedisProcess], fake_clock: FakeClock
+    redis_factory: Callable[..., RedisProcess], fake_clock: FakeClock, notifiers: StartNotifier
 ) -> None:
     server = redis_factory(appendonly=True, appendfsync="always")
     store = Store(redis.Redis.from_url(server.url), "test", fake_clock)
     got: list[str] = []
-    unit = Unit(store, fake_clock, lambda job: got.append(job.id), 2, block_timeout_s=2.0)
-    wait_for(lambda: blocked_clients(store.client) == 1, "the listener blocked")
+    unit = Unit(
+        store, fake_clock, lambda job: got.append(job.id), 2, notifiers(store), look_interval_s=2.0
+    )
+    wait_for(lambda: unit.listener_stats()["waits"] == 1, "the listener waiting for a notice")
     urn = unit.listener.actor_urn
 
     server.kill()
+    fake_clock.advance(2_000)  # its backstop look finds Redis gone
     wait_for(lambda: (stats_or_none(unit.listener) or {}).get("failures") == 1, "a failure")
     for failures in range(2, 4):  # each retry waits on the (fake) clock
         fake_clock.advance(5_000)

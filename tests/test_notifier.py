@@ -12,8 +12,8 @@ import redis
 from _actor_support import stop_actors, wait_for  # noqa: F401  (fixture)
 
 from actors.clock import FakeClock
-from actors.runtime.messages import Carry, Wake
-from actors.runtime.notifier import ReadyNotice, ShardNotifier
+from actors.runtime.messages import Carry, ReadyNotice, Wake
+from actors.runtime.notifier import ShardNotifier
 from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
@@ -92,3 +92,36 @@ def test_after_a_lost_connection_everyone_looks_again(
     wait_for(lambda: notifier.resubscribes >= 1, "a resubscription")
     wait_for(lambda: received(carrier) == [Carry("resubscribed")], "a carry")
     wait_for(lambda: received(listener) == [ReadyNotice()], "a look")
+
+
+def test_a_waiting_listener_is_told_once_and_a_notice_during_its_lease_is_not_lost(
+    store: Store, notifier: ShardNotifier
+) -> None:
+    listener = Inbox.start()
+    mark = notifier.ready_mark("t")  # what a listener reads before its lease
+    store.add(store.new_job("t", "during-the-lease"))  # its notice arrives before it asks
+    wait_for(lambda: notifier.ready_mark("t") != mark, "the notice")
+    notifier.await_ready("t", listener, mark)
+    wait_for(lambda: received(listener) == [ReadyNotice()], "the notice told at once")
+
+    notifier.await_ready("t", listener, notifier.ready_mark("t"))
+    assert received(listener) == [ReadyNotice()]  # nothing new yet: it waits
+    seen = notifier.messages
+    store.add_many([store.new_job("t", f"j{n}") for n in range(30)])  # notices on other shards
+    wait_for(lambda: notifier.messages > seen, "the next notices")
+    wait_for(lambda: len(received(listener)) == 2, "the next notice")
+    assert len(store.lease("t", 100)) == 31  # every list empty again
+    seen = notifier.messages
+    store.add(store.new_job("t", "unasked"))
+    wait_for(lambda: notifier.messages > seen, "a notice nobody waits for")
+    assert received(listener) == [ReadyNotice(), ReadyNotice()]  # told once per await_ready
+
+
+def test_after_a_lost_connection_a_waiting_listener_looks_again(
+    redis_client: redis.Redis, notifier: ShardNotifier
+) -> None:
+    waiting = Inbox.start()
+    notifier.await_ready("t", waiting, notifier.ready_mark("t"))
+    redis_client.client_kill_filter(_type="pubsub")
+    wait_for(lambda: notifier.resubscribes >= 1, "a resubscription")
+    wait_for(lambda: received(waiting) == [ReadyNotice()], "a look")

@@ -12,13 +12,14 @@ from typing import Any
 import pykka
 import pytest
 import redis
-from _actor_support import events, stats, stop_actors, wait_for  # noqa: F401
+from _actor_support import events, notifiers_fixture, stats, stop_actors, wait_for  # noqa: F401
 
 from actors.clock import FakeClock
 from actors.job import Job, Retry
 from actors.runtime._handlers import Outcome
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import Run, SetListener
+from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -63,7 +64,9 @@ def advance_and_settle(clock: FakeClock, pool: pykka.ActorRef[Any], total_ms: in
         stats(pool)
 
 
-def test_runs_at_most_concurrency_handlers_at_once(topic: Store, fake_clock: FakeClock) -> None:
+def test_runs_at_most_concurrency_handlers_at_once(
+    topic: Store, fake_clock: FakeClock, notifiers: Callable[[Store], ShardNotifier]
+) -> None:
     active: set[str] = set()
     most = [0]
     lock = threading.Lock()
@@ -78,7 +81,7 @@ def test_runs_at_most_concurrency_handlers_at_once(topic: Store, fake_clock: Fak
             active.discard(job.id)
 
     pool = start_pool(topic, fake_clock, handler, concurrency=2)
-    listener = TopicListener.start(topic, fake_clock, "t", pool, 2, block_timeout_s=0.5)
+    listener = TopicListener.start(topic, fake_clock, "t", pool, 2, notifier=notifiers(topic))
     pool.tell(SetListener(listener))
     topic.add_many([topic.new_job("t", f"j{n}") for n in range(6)])
     for _ in range(6):

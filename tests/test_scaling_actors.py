@@ -118,7 +118,7 @@ def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
     before = clients_per_node(cluster)
     queue, recorder = worker(cluster.url(), "shop", shards=SHARDS)
     cleanup.append(queue)
-    assert queue.store.needs_notifier and queue.store.shard_count == SHARDS
+    assert queue.store.shard_count == SHARDS
     queue.start()
     ids = [f"order-{n}" for n in range(300)]
     queue.add_many([{"topic": TOPIC, "id": i, "delay": n % 30 / 100} for n, i in enumerate(ids)])

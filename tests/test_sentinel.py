@@ -99,7 +99,7 @@ def test_with_wait_no_acknowledged_add_is_lost(sentinel_setup: LocalSentinel) ->
     client = connect(sentinel_setup.url(), socket_timeout=5)
     assert isinstance(client, redis.Redis)
     store = open_store(client, "loss", FakeClock(), durability=Durability(1, timeout_ms=100))
-    assert store.durability is not None and store.needs_notifier
+    assert store.durability is not None
     confirmed, reported = lose_the_master_behind_a_stalled_replica(sentinel_setup, store, 20)
     # The replica could not acknowledge: every add said so instead of returning, and rightly:
     # none of them survived. Nothing the caller was told is safe was lost.

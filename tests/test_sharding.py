@@ -271,8 +271,8 @@ def test_open_store_gives_one_store_class_whatever_the_shard_count(
 ) -> None:
     one = open_store(redis_client, "a", fake_clock)
     three = open_store(redis_client, "b", fake_clock, shards=3)
-    assert type(one) is Store and one.shard_count == 1 and not one.needs_notifier
-    assert type(three) is Store and three.shard_count == 3 and three.needs_notifier
+    assert type(one) is Store and one.shard_count == 1
+    assert type(three) is Store and three.shard_count == 3
     assert three.wake_channels == [ShardKeys("b", s).wake_channel for s in range(3)]
     assert three.ready_channels == [ShardKeys("b", s).ready_channel for s in range(3)]
     for store in (one, three):

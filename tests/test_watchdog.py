@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pykka
 import pytest
 from _actor_support import ready_ids, stats, stop_actors, wait_for  # noqa: F401
 
-from actors import DelayQueue
+from actors import DelayQueue, testing
 from actors.clock import FakeClock
 from actors.runtime._actor import RedelayActor
 from actors.runtime.carrier import Carrier
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import Health, Run, Supervise, Wake
+from actors.runtime.notifier import ShardNotifier, notifier_for
 from actors.runtime.pool import ConsumerPool
 from actors.runtime.watchdog import Watchdog
 from actors.server.embedded import RedisProcess
@@ -25,6 +27,14 @@ from actors.storage.keys import ShardKeys
 from actors.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
+
+
+@pytest.fixture
+def notifier(store: Store) -> Iterator[ShardNotifier]:
+    started = notifier_for(store).start()
+    yield started
+    started.stop()
+
 
 Refs = dict[str, pykka.ActorRef[Any]]
 
@@ -34,20 +44,22 @@ def health(watchdog: pykka.ActorRef[Any]) -> dict[str, Any]:
     return report
 
 
-def supervise_carrier(watchdog: pykka.ActorRef[Any], store: Store, clock: FakeClock) -> Refs:
+def supervise_carrier(
+    watchdog: pykka.ActorRef[Any], store: Store, clock: FakeClock, notifier: ShardNotifier
+) -> Refs:
     def factory(supervisor: pykka.ActorRef[Any]) -> Refs:
-        return {"carrier": Carrier.start(store, clock, supervisor)}
+        return {"carrier": Carrier.start(store, clock, supervisor, notifier=notifier)}
 
     refs: Refs = watchdog.ask(Supervise("carrier", factory), block=True, timeout=5)
     return refs
 
 
 def test_an_actor_killed_by_an_exception_is_restarted_logged_and_reported(
-    store: Store, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture
+    store: Store, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture, notifier: ShardNotifier
 ) -> None:
     caplog.set_level(logging.WARNING, logger="actors.watchdog")
     watchdog = Watchdog.start(fake_clock)
-    first = supervise_carrier(watchdog, store, fake_clock)["carrier"]
+    first = supervise_carrier(watchdog, store, fake_clock, notifier)["carrier"]
     assert health(watchdog)["carrier"] == {
         "alive": True,
         "restarts": 0,
@@ -63,21 +75,15 @@ def test_an_actor_killed_by_an_exception_is_restarted_logged_and_reported(
     assert not first.is_alive()
     assert any("restarting carrier (restart #1)" in r.getMessage() for r in caplog.records)
 
-    # The new carrier does the work. Its wake subscription starts on its own thread: wait for it,
-    # or the add's wake could be published before anyone listens (the watchdog's periodic carry
-    # covers that in production, but this test's fake clock never reaches it).
-    channel = store.keys.wake_channel
-    wait_for(
-        lambda: dict(store.client.pubsub_numsub(channel)).get(channel.encode(), 0) >= 1,
-        "the new carrier's wake subscription",
-    )
+    # The new carrier does the work. It watches the notifier before its first carry, so the add's
+    # wake reaches it, or that carry finds the job.
     store.add(store.new_job("t", "j", delay_ms=100))
     fake_clock.advance(100)
     wait_for(lambda: ready_ids(store) == ["j"], "a carry by the new carrier")
 
 
 def test_a_topic_unit_is_replaced_whole_when_its_pool_dies(
-    store: Store, fake_clock: FakeClock
+    store: Store, fake_clock: FakeClock, notifier: ShardNotifier
 ) -> None:
     watchdog = Watchdog.start(fake_clock)
 
@@ -87,7 +93,7 @@ def test_a_topic_unit_is_replaced_whole_when_its_pool_dies(
             supervisor=supervisor,
         )  # fmt: skip
         listener = TopicListener.start(
-            store, fake_clock, "t", pool, 1, supervisor=supervisor, block_timeout_s=0.2
+            store, fake_clock, "t", pool, 1, supervisor=supervisor, notifier=notifier
         )
         return {"pool:t": pool, "listener:t": listener}
 
@@ -138,10 +144,10 @@ class MutedKeys(ShardKeys):
 
 
 def test_the_periodic_carry_finds_a_job_whose_wake_was_lost(
-    store: Store, fake_clock: FakeClock
+    store: Store, fake_clock: FakeClock, notifier: ShardNotifier
 ) -> None:
     watchdog = Watchdog.start(fake_clock, interval_ms=60_000)
-    carrier = supervise_carrier(watchdog, store, fake_clock)["carrier"]
+    carrier = supervise_carrier(watchdog, store, fake_clock, notifier)["carrier"]
     wait_for(lambda: stats(carrier)["carries"] == 1, "the carry at start")
 
     muted = Store(store.client, "test", fake_clock)
@@ -168,7 +174,7 @@ def test_the_facade_reports_a_restart_in_health(
         report = queue.health()
         assert set(report) == {"watchdog", "carrier", "sweeper", "topic:t"}
         assert all(unit["alive"] and unit["restarts"] == 0 for unit in report.values())
-        refs = queue._system.refs()  # type: ignore[union-attr]
+        refs = testing.actor_refs(queue)
         refs["carrier"].tell(Wake("not a time"))  # type: ignore[arg-type]  # a bug: TypeError
         wait_for(lambda: queue.health()["carrier"]["restarts"] == 1, "the restart in health()")
         assert queue.health()["carrier"]["alive"]

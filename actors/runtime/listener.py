@@ -1,21 +1,22 @@
 """TopicListener: leases a topic's ready jobs as fast as its pool can start them.
 
 It leases at most as many jobs as the pool has free slots, in one round trip, so jobs wait in
-Redis and not in this process. When nothing is ready it blocks on Redis with
-``BLMOVE ready ready LEFT LEFT`` on a connection of its own: that moves the head of the list back
-onto itself (a no-op) and returns as soon as the list is non-empty. The list itself is the
-signal, so there is no polling, and no wake-up is lost: a job pushed between the empty lease and
-the BLMOVE is already in the list when BLMOVE looks. Shutdown unblocks it with
-``CLIENT UNBLOCK`` (see :func:`unblock`) instead of waiting for the block timeout.
+Redis and not in this process. When nothing is ready it waits, in its mailbox, for a
+``ReadyNotice`` from the process's ShardNotifier: the scripts publish the topic on the shard's
+ready channel when its list goes from empty to non-empty (or a lease leaves jobs behind). No
+wake-up is lost: the notifier subscribed before any listener started, and the listener reads the
+notifier's mark before each lease, so a notice that arrives while the lease is under way is told
+as soon as it asks for one (see ``ShardNotifier.await_ready``). A timer every ``look_interval_s``
+is the backstop for a notice lost anyway (pub/sub keeps nothing for a subscriber that is away; the
+notifier also tells waiting listeners to look when it subscribes again).
 
-While blocked, the actor answers no messages (its thread is in the BLMOVE); what it would get
-then (SlotsFreed, Stats) can wait, because a blocked listener has free slots and no work.
+The listener never waits on Redis inside its own thread, so it answers Stats and StopFetching at
+once, and shutdown needs nothing but messages.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 import pykka
@@ -24,9 +25,8 @@ import redis
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff
-from actors.runtime.messages import Fetch, Run, SlotsFreed, Stats, StopFetching
-from actors.runtime.notifier import ReadyNotice, ShardNotifier
-from actors.storage.connections import dedicated_client
+from actors.runtime.messages import Fetch, ReadyNotice, Run, SlotsFreed, Stats, StopFetching
+from actors.runtime.notifier import ShardNotifier
 from actors.storage.store import Store
 from actors.values import Lease
 
@@ -44,9 +44,9 @@ class TopicListener(RedelayActor):
         *,
         supervisor: pykka.ActorRef[Any] | None = None,
         consumer: str = "",
-        block_timeout_s: float = 5.0,
+        look_interval_s: float = 5.0,
         batch_max: int = 1_000,
-        notifier: ShardNotifier | None = None,
+        notifier: ShardNotifier,
     ) -> None:
         super().__init__(f"listener:{topic}", clock, supervisor)
         self.store = store
@@ -54,35 +54,18 @@ class TopicListener(RedelayActor):
         self.pool = pool
         self.free_slots = slots
         self.consumer = consumer
-        self.block_timeout_s = block_timeout_s
+        self.look_interval_s = look_interval_s
         self.batch_max = batch_max
         self.backoff = Backoff()
         self.fetch_pending = False
         self.stopping = False
         self.leased = 0
         self.leases = 0  # lease round trips
-        self.waits = 0  # BLMOVE round trips
-        # A connection of its own for the blocking wait. Its name survives reconnects (redis-py
-        # sets it on every connect), so shutdown can find it in CLIENT LIST and unblock it. It
-        # does not retry inside redis-py: the actor's own backoff does that.
-        self.connection_name = listener_connection_name(consumer, topic)
-        # A sharded store's lists cannot be blocked on together: the process's notifier sends
-        # this listener a ReadyNotice when one fills; a timer every block_timeout_s is the backstop.
+        self.waits = 0  # times it found nothing and waited for a notice
         self.notifier = notifier
         self.backstop: Timer | None = None
-        self.blocking: redis.Redis | None = None
-        if notifier is None:
-            assert isinstance(store.client, redis.Redis), "a sharded store needs a ShardNotifier"
-            self.ready_key = store.keys.ready(topic)
-            self.blocking = dedicated_client(
-                store.client,
-                client_name=self.connection_name,
-                socket_timeout=block_timeout_s + 5.0,
-            )
 
     def started(self) -> None:
-        if self.notifier is not None:
-            self.notifier.watch_ready(self.topic, self.actor_ref)  # before the first look
         self._request_fetch()
 
     def on_stop(self) -> None:
@@ -94,10 +77,9 @@ class TopicListener(RedelayActor):
         super().on_failure(*args)
 
     def _close(self) -> None:
-        if self.blocking is not None:
-            self.blocking.close()
-        if self.notifier is not None:
-            self.notifier.unwatch_ready(self.topic, self.actor_ref)
+        if self.backstop is not None:
+            self.backstop.cancel()
+        self.notifier.unwatch_ready(self.topic, self.actor_ref)
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Fetch):
@@ -129,16 +111,12 @@ class TopicListener(RedelayActor):
     def _fetch(self) -> None:
         if self.stopping or self.free_slots <= 0 or not self.pool.is_alive():
             return  # a dead pool means the watchdog is replacing this unit
+        mark = self.notifier.ready_mark(self.topic)  # before the lease: see await_ready
         try:
             leases = self.store.lease(
                 self.topic, min(self.free_slots, self.batch_max), self.consumer
             )
             self.leases += 1
-            if not leases and self.notifier is not None:
-                self._await_notice()
-                return
-            if not leases:
-                self._wait_for_work()
         except redis.RedisError as exc:
             wait_ms = self.backoff.next_ms()
             log.warning("listener %s: %s; retrying in %d ms", self.topic, exc, wait_ms)
@@ -146,14 +124,16 @@ class TopicListener(RedelayActor):
             self.fetch_pending = True
             return
         self.backoff.reset()
-        if leases:
-            self.free_slots -= len(leases)
-            self.leased += len(leases)
-            try:
-                self.pool.tell(Run(tuple(leases)))
-            except pykka.ActorDeadError:
-                self._give_back(leases)
-                return
+        if not leases:
+            self._await_notice(mark)
+            return
+        self.free_slots -= len(leases)
+        self.leased += len(leases)
+        try:
+            self.pool.tell(Run(tuple(leases)))
+        except pykka.ActorDeadError:
+            self._give_back(leases)
+            return
         self._request_fetch()
 
     def _give_back(self, leases: list[Lease]) -> None:
@@ -163,35 +143,9 @@ class TopicListener(RedelayActor):
         except redis.RedisError as exc:
             log.warning("listener %s: release failed (%s); leases will expire", self.topic, exc)
 
-    def _wait_for_work(self) -> None:
-        key = self.ready_key
+    def _await_notice(self, mark: int) -> None:
         self.waits += 1
-        assert self.blocking is not None
-        # redis-py types the timeout as int; Redis 6+ takes fractional seconds.
-        self.blocking.blmove(key, key, self.block_timeout_s, "LEFT", "LEFT")  # type: ignore[arg-type]
-
-    def _await_notice(self) -> None:
-        self.waits += 1
-        self.backoff.reset()
+        self.notifier.await_ready(self.topic, self.actor_ref, mark)
         if self.backstop is not None:
             self.backstop.cancel()
-        self.backstop = self.tell_later(round(self.block_timeout_s * 1000), Fetch())
-
-
-def listener_connection_name(consumer: str, topic: str) -> str:
-    """Unique per process and topic (the consumer name holds host, pid and a random part).
-
-    Redis refuses client names with spaces or special characters, so the consumer name (which
-    the user may choose) is reduced to a safe set; topics are already restricted to it.
-    """
-    safe = re.sub(r"[^A-Za-z0-9._:@/+=\-]", "_", consumer)
-    return f"redelay-listener:{safe}:{topic}"
-
-
-def unblock(client: redis.Redis, connection_name: str) -> int:
-    """Unblocks every connection with that name that is waiting in a blocking command."""
-    unblocked = 0
-    for entry in client.client_list():
-        if entry.get("name") == connection_name:
-            unblocked += int(client.client_unblock(int(entry["id"])))
-    return unblocked
+        self.backstop = self.tell_later(round(self.look_interval_s * 1000), Fetch())

@@ -28,7 +28,7 @@ class Carry:
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """Carrier (from its WakeSubscriber thread): a delayed job due at ``due_ms`` became the
+    """Carrier (from the process's ShardNotifier): a delayed job due at ``due_ms`` became the
     earliest one (maybe added by another process)."""
 
     due_ms: int
@@ -41,7 +41,15 @@ class Sweep:
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """TopicListener: lease what the pool can take; block on Redis when nothing is ready."""
+    """TopicListener: lease what the pool can take; wait for a ReadyNotice when nothing is
+    ready."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyNotice:
+    """TopicListener (from the process's ShardNotifier): its topic may have ready jobs. Unlike a
+    Fetch it is folded into the one the listener may already have queued, so a burst of notices
+    cannot flood its mailbox and hold up the SlotsFreed behind them."""
 
 
 @dataclass(frozen=True, slots=True)

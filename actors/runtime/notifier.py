@@ -1,8 +1,6 @@
-"""ShardNotifier: one pub/sub connection per process for the signals of every shard.
+"""ShardNotifier: the one wake path of a process, for one shard as for many.
 
-A listener cannot block on the ready lists of several shards at once (a blocking command waits on
-one node, and a sharded namespace's lists live on several), and one blocking connection per
-topic per shard would multiply connections. Instead the scripts publish, on the shard's channels:
+The scripts publish two signals on each shard's channels (see lua/_lib.lua, add-5, _place):
 
 - ``<prefix>wake``: a due time, when a delayed job becomes the shard's earliest;
 - ``<prefix>ready``: a topic, when its ready list goes from empty to non-empty, or when a lease
@@ -10,9 +8,18 @@ topic per shard would multiply connections. Instead the scripts publish, on the 
 
 This thread subscribes to both channels of every shard on one connection (on Redis Cluster a
 plain PUBLISH reaches every node, so any node will do) and turns messages into actor messages:
-``Wake`` for the carriers, ``ReadyNotice`` for the listeners of the topic. Pub/sub keeps nothing
-for a subscriber that is away, so after it subscribes again it tells every carrier to carry and
-every listener to look.
+``Wake`` for the carriers, ``ReadyNotice`` for the listeners of the topic. So no actor waits on
+Redis inside its own thread: a listener with nothing to lease waits for a notice in its mailbox,
+and still answers stats and stop at once. One connection serves every shard and topic, where a
+blocking wait would need one per topic per shard.
+
+A busy listener needs no notice (its next lease is already coming: a Fetch, or the SlotsFreed of
+its pool), and a backlog makes every lease publish one, so listeners ask for one notice at a time:
+``await_ready`` after an empty lease, with the ``ready_mark`` they read before it. A notice that
+arrived during that lease moved the mark, and is told at once; none is lost in between.
+
+Pub/sub keeps nothing for a subscriber that is away, so after it subscribes again it tells every
+carrier to carry and every listener to look.
 """
 
 from __future__ import annotations
@@ -21,24 +28,17 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
 from actors.runtime._backoff import Backoff
-from actors.runtime.messages import Carry, Wake
+from actors.runtime.messages import Carry, ReadyNotice, Wake
+from actors.storage.store import Store
 
 log = logging.getLogger("actors.notifier")
 
 _BATCH_MAX = 1_000  # most messages folded into one round of tells
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyNotice:
-    """TopicListener (from the notifier): its topic may have ready jobs. Unlike a Fetch it is
-    folded into the one the listener may already have queued, so a burst of notices cannot
-    flood its mailbox and hold up the SlotsFreed behind them."""
 
 
 class ShardNotifier:
@@ -50,7 +50,9 @@ class ShardNotifier:
         self.ready_channels = set(ready_channels)
         self._lock = threading.Lock()
         self._carriers: list[pykka.ActorRef[Any]] = []
-        self._listeners: dict[str, list[pykka.ActorRef[Any]]] = {}
+        self._listeners: dict[str, list[pykka.ActorRef[Any]]] = {}  # told every notice
+        self._waiting: dict[str, set[pykka.ActorRef[Any]]] = {}  # told the next notice only
+        self._notices: dict[str, int] = {}  # notices received per topic
         self._stop = threading.Event()
         self._subscribed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="redelay-notifier", daemon=True)
@@ -79,6 +81,22 @@ class ShardNotifier:
                 self._listeners[topic] = refs
             else:
                 self._listeners.pop(topic, None)
+            self._waiting.get(topic, set()).discard(listener)
+
+    def ready_mark(self, topic: str) -> int:
+        """Grows with every notice for the topic and every resubscription; read before a lease."""
+        with self._lock:
+            return self._notices.get(topic, 0) + self.resubscribes
+
+    def await_ready(self, topic: str, listener: pykka.ActorRef[Any], mark: int) -> None:
+        """Tells the listener ReadyNotice once: at once if the mark moved since it was read,
+        else at the topic's next notice (or the next resubscription)."""
+        with self._lock:
+            moved = self._notices.get(topic, 0) + self.resubscribes != mark
+            if not moved:
+                self._waiting.setdefault(topic, set()).add(listener)
+        if moved:
+            _tell(listener, ReadyNotice())
 
     # -- the thread -------------------------------------------------------------------------
 
@@ -135,7 +153,8 @@ class ShardNotifier:
         if self.confirmations == channels:
             self._subscribed.set()
         else:
-            self.resubscribes += 1
+            with self._lock:
+                self.resubscribes += 1
             self._everyone_look()
 
     def _dispatch(self, notices: list[tuple[bytes | str, bytes | str]]) -> None:
@@ -153,6 +172,9 @@ class ShardNotifier:
         with self._lock:
             carriers = list(self._carriers)
             listeners = [ref for topic in topics for ref in self._listeners.get(topic, ())]
+            for topic in topics:
+                self._notices[topic] = self._notices.get(topic, 0) + 1
+                listeners += self._waiting.pop(topic, ())
         if earliest_due is not None:
             for ref in carriers:
                 _tell(ref, Wake(earliest_due))
@@ -163,10 +185,17 @@ class ShardNotifier:
         with self._lock:
             carriers = list(self._carriers)
             listeners = [ref for refs in self._listeners.values() for ref in refs]
+            listeners += [ref for refs in self._waiting.values() for ref in refs]
+            self._waiting.clear()
         for ref in carriers:
             _tell(ref, Carry("resubscribed"))
         for ref in listeners:
             _tell(ref, ReadyNotice())
+
+
+def notifier_for(store: Store) -> ShardNotifier:
+    """A notifier (not started) for every shard of the store's namespace."""
+    return ShardNotifier(store.client, store.wake_channels, store.ready_channels)
 
 
 def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:

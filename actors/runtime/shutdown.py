@@ -1,13 +1,14 @@
 """ShutdownCoordinator: stops everything in order without losing a job.
 
 1. The watchdog stops supervising (nothing is restarted from now on) and hands over every ref.
-2. Stop fetching at once: every listener is told StopFetching and, if it is blocked on Redis,
-   unblocked with CLIENT UNBLOCK (not waited for: the block timeout does not matter).
+2. Stop fetching at once: every listener is asked StopFetching. No listener waits on Redis in its
+   own thread (they wait for notices in their mailboxes), so each answers within one lease.
 3. Stop the watchdog, the carrier and the sweeper (without waiting for them).
 4. Drain the pools: jobs fetched but not started are released to the front of their ready list
    (no attempt counted); running handlers get until the grace deadline to finish and be acked.
 5. Stop pools and listeners. Jobs still running keep their lease; a sweeper (in this or another
-   process) recovers them when it expires. Actors close their own connections as they stop.
+   process) recovers them when it expires. ActorSystem.stop then stops the notifier (its
+   pub/sub connection) and the facade closes its client.
 Every wait is bounded by the grace deadline or by grace + ``STOP_MARGIN_S``, so stopping takes
 at most grace + about a second, whatever state Redis or the actors are in.
 """
@@ -21,20 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pykka
-import redis
 
 from actors.runtime._actor import ask
-from actors.runtime.listener import listener_connection_name, unblock
 from actors.runtime.messages import Drain, Stats, StopFetching, StopSupervising
-from actors.storage.connections import dedicated_client
 
 log = logging.getLogger("actors.shutdown")
 
-# What stopping may take beyond the grace period: stopping actors, the last acks, unblocking.
+# What stopping may take beyond the grace period: stopping actors, the last acks.
 STOP_MARGIN_S = 0.9
 # Listeners get at least this long to stop fetching, even with grace=0.
 _STOP_FETCHING_MIN_S = 0.3
-_UNBLOCK_RETRY_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +42,9 @@ class Shutdown:
 
 
 class ShutdownCoordinator(pykka.ThreadingActor):
-    def __init__(self, watchdog: pykka.ActorRef[Any], client: redis.Redis, consumer: str) -> None:
+    def __init__(self, watchdog: pykka.ActorRef[Any]) -> None:
         super().__init__()
         self.watchdog = watchdog
-        self.client = client
-        self.consumer = consumer
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Shutdown):
@@ -60,26 +55,21 @@ class ShutdownCoordinator(pykka.ThreadingActor):
         started = time.monotonic()
         grace_deadline = started + max(0.0, grace_s)
         hard_deadline = grace_deadline + STOP_MARGIN_S
-        # Short timeouts and no retries: a dead Redis must not stretch the stop.
-        control = dedicated_client(self.client, socket_timeout=0.25, socket_connect_timeout=0.25)
-        try:
-            refs = self._take_over(hard_deadline)
-            listeners = {n: r for n, r in refs.items() if n.startswith("listener:")}
-            pools = {n: r for n, r in refs.items() if n.startswith("pool:")}
-            others = {n: r for n, r in refs.items() if n not in listeners and n not in pools}
+        refs = self._take_over(hard_deadline)
+        listeners = {n: r for n, r in refs.items() if n.startswith("listener:")}
+        pools = {n: r for n, r in refs.items() if n.startswith("pool:")}
+        others = {n: r for n, r in refs.items() if n not in listeners and n not in pools}
 
-            fetch_deadline = min(max(grace_deadline, started + _STOP_FETCHING_MIN_S), hard_deadline)
-            self._stop_fetching(listeners, control, fetch_deadline)
-            stopping = {"watchdog": _stop_later(self.watchdog)}
-            stopping |= {name: _stop_later(ref) for name, ref in others.items()}
+        fetch_deadline = min(max(grace_deadline, started + _STOP_FETCHING_MIN_S), hard_deadline)
+        self._stop_fetching(listeners, fetch_deadline)
+        stopping = {"watchdog": _stop_later(self.watchdog)}
+        stopping |= {name: _stop_later(ref) for name, ref in others.items()}
 
-            still_running = self._drain(pools, grace_deadline)
-            stopping |= {name: _stop_later(ref) for name, ref in {**pools, **listeners}.items()}
-            not_stopped = [
-                name for name, future in stopping.items() if not _wait(future, hard_deadline)
-            ]
-        finally:
-            control.close()
+        still_running = self._drain(pools, grace_deadline)
+        stopping |= {name: _stop_later(ref) for name, ref in {**pools, **listeners}.items()}
+        not_stopped = [
+            name for name, future in stopping.items() if not _wait(future, hard_deadline)
+        ]
         if not_stopped:
             log.warning("still stopping when the stop returned: %s", ", ".join(not_stopped))
         return {
@@ -96,27 +86,16 @@ class ShutdownCoordinator(pykka.ThreadingActor):
             units = {}
         return {name: ref for unit in units.values() for name, ref in unit.items()}
 
-    def _stop_fetching(
-        self, listeners: dict[str, pykka.ActorRef[Any]], control: redis.Redis, deadline: float
-    ) -> None:
+    def _stop_fetching(self, listeners: dict[str, pykka.ActorRef[Any]], deadline: float) -> None:
         answers: dict[str, pykka.Future[Any]] = {}
         for name, ref in listeners.items():
             with contextlib.suppress(pykka.ActorDeadError):
                 answers[name] = ref.ask(StopFetching(), block=False)
-        while answers:
-            for name in list(answers):
-                # A listener blocked in BLMOVE answers only once unblocked; one that is between
-                # commands answers at once. Unblocking again until it answers closes the gap
-                # where it enters BLMOVE just after an unblock.
-                try:
-                    unblock(control, listener_connection_name(self.consumer, name[9:]))
-                except redis.RedisError as exc:
-                    log.debug("cannot unblock %s: %s", name, exc)
-                if _wait(answers[name], min(deadline, time.monotonic() + _UNBLOCK_RETRY_S)):
-                    del answers[name]
-            if answers and time.monotonic() >= deadline:
-                log.warning("did not stop fetching in time: %s", ", ".join(answers))
-                return
+        # A listener answers once the lease it may be in returns (bounded by the client's
+        # socket timeout); one that does not answer by the deadline is stopped anyway below.
+        late = [name for name, future in answers.items() if not _wait(future, deadline)]
+        if late:
+            log.warning("did not stop fetching in time: %s", ", ".join(late))
 
     def _drain(self, pools: dict[str, pykka.ActorRef[Any]], deadline: float) -> dict[str, int]:
         drains: dict[str, pykka.Future[int]] = {}

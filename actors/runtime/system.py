@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import pykka
-import redis
-from redis.cluster import RedisCluster
 
+from actors import _constants as c
 from actors.clock import Clock
 from actors.runtime._actor import ask
 from actors.runtime.carrier import Carrier
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Supervise
-from actors.runtime.notifier import ShardNotifier
+from actors.runtime.notifier import ShardNotifier, notifier_for
 from actors.runtime.pool import ConsumerPool
 from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
 from actors.runtime.sweeper import RetrySweeper
 from actors.runtime.watchdog import Watchdog
 from actors.storage.store import Store
+from actors.values import TopicConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,14 @@ class HandlerSpec:
     retry_ms: tuple[int, ...] | None
     lease_ms: int | None
 
+    def topic_config(self, defaults: TopicConfig) -> TopicConfig:
+        """What a worker stores for the topic at start: the handler's retry schedule and lease,
+        else the namespace defaults, with a lease of at least twice the handler's timeout."""
+        return TopicConfig(
+            self.retry_ms or defaults.retry_ms,
+            self.lease_ms or max(defaults.lease_ms, min(self.timeout_ms * 2, c.LEASE_MS_MAX)),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SystemSettings:
@@ -47,7 +55,7 @@ class SystemSettings:
     sweep_interval_ms: int = 1_000
     carry_batch: int = 1_000
     lease_batch_max: int = 1_000
-    block_timeout_s: float = 5.0
+    look_interval_s: float = 5.0  # a listener's backstop look, for a ready notice lost anyway
     check_interval_ms: int = 100
 
 
@@ -60,28 +68,24 @@ class ActorSystem:
         clock: Clock,
         handlers: list[HandlerSpec],
         settings: SystemSettings,
-        control_client: redis.Redis | RedisCluster,
     ) -> None:
         self.store = store
         self.clock = clock
         self.handlers = handlers
         self.settings = settings
-        self.control_client = control_client  # for CLIENT UNBLOCK at shutdown
         self.watchdog: pykka.ActorRef[Any] | None = None
         self.coordinator: pykka.ActorRef[Any] | None = None
-        # Sharded: one pub/sub connection for every shard's wake and ready notices.
-        self.notifier: ShardNotifier | None = None
-        if store.needs_notifier:
-            self.notifier = ShardNotifier(store.client, store.wake_channels, store.ready_channels)
+        # The process's one wake path: one pub/sub connection for every shard's wake and ready
+        # signals, for one shard as for many.
+        self.notifier: ShardNotifier = notifier_for(store)
 
     def start(self) -> None:
         """Starts the watchdog, which builds every other actor. If building one fails, what was
         started is stopped again and the error is raised."""
         s = self.settings
-        if self.notifier is not None:
-            self.notifier.start()  # subscribed before any actor looks at Redis
+        self.notifier.start()  # subscribed before any actor looks at Redis
         self.watchdog = Watchdog.start(self.clock, interval_ms=s.watchdog_interval_ms)
-        self.coordinator = ShutdownCoordinator.start(self.watchdog, self._unblocker(), s.consumer)
+        self.coordinator = ShutdownCoordinator.start(self.watchdog)
         try:
             self.watchdog.ask(Supervise("carrier", self._carrier_factory))
             self.watchdog.ask(Supervise("sweeper", self._sweeper_factory))
@@ -90,14 +94,6 @@ class ActorSystem:
         except BaseException:
             self.stop(0)
             raise
-
-    def _unblocker(self) -> redis.Redis:
-        """The client shutdown uses for CLIENT UNBLOCK. On a cluster the listeners never block
-        (they wait for the notifier), so any one node's client will find nothing to unblock."""
-        if isinstance(self.control_client, RedisCluster):
-            node = self.control_client.get_default_node()  # type: ignore[no-untyped-call]
-            return self.control_client.get_redis_connection(node)
-        return self.control_client
 
     def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
         ref = Carrier.start(
@@ -140,7 +136,7 @@ class ActorSystem:
                 spec.concurrency,
                 supervisor=supervisor,
                 consumer=s.consumer,
-                block_timeout_s=s.block_timeout_s,
+                look_interval_s=s.look_interval_s,
                 batch_max=s.lease_batch_max,
                 notifier=self.notifier,
             )
@@ -165,8 +161,8 @@ class ActorSystem:
         return report
 
     def stats(self, timeout_s: float = 0.5) -> dict[str, Any]:
-        """Every actor's counters. A listener blocked on Redis answers only when its wait ends,
-        so whoever has not answered within ``timeout_s`` shows as None."""
+        """Every actor's counters. An actor busy with a long message (a carry of a big backlog,
+        a lease while Redis is slow) may not answer within ``timeout_s``: it shows as None."""
         asked = {}
         for name, ref in self.refs().items():
             with contextlib.suppress(pykka.ActorDeadError):
@@ -194,6 +190,5 @@ class ActorSystem:
             self.coordinator.stop(block=True, timeout=0.2)
         self.coordinator = None
         self.watchdog = None
-        if self.notifier is not None:
-            self.notifier.stop()
+        self.notifier.stop()
         return report

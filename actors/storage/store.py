@@ -127,16 +127,6 @@ class Store:
         return len(self.shard_keys)
 
     @property
-    def needs_notifier(self) -> bool:
-        """Listeners cannot block on one ready list (several shards, a cluster, or durable
-        writes): the process's ShardNotifier tells them when jobs are ready."""
-        return (
-            len(self.shard_keys) > 1
-            or isinstance(self.client, RedisCluster)
-            or self.durability is not None
-        )
-
-    @property
     def wake_channels(self) -> list[str]:
         return [k.wake_channel for k in self.shard_keys]
 

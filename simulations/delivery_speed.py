@@ -1,0 +1,109 @@
+"""Delivery speed on the public API: one worker, a no-op handler, N jobs due now.
+
+Adds the jobs with add_many before the worker starts, then measures jobs per second from the
+first handler call to the moment the namespace holds no ready or leased job (every job acked),
+and the CPU time spent meanwhile per job, by this process (the worker's threads) and by Redis:
+on a busy machine the rate varies from run to run, the CPU per job much less.
+A quick check for changes to the wake and fetch paths; the full benchmark is simulations/bench.
+
+    python -m simulations.delivery_speed --jobs 20000 --concurrency 10 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+
+from actors import DelayQueue, Job
+from actors.server.embedded import RedisProcess
+
+_ADD_BATCH = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    jobs_per_s: float
+    worker_cpu_us_per_job: float
+    redis_cpu_us_per_job: float
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def measure(url: str, namespace: str, jobs: int, concurrency: int, timeout_s: float) -> Run:
+    """Jobs per second and CPU per job, first handler call to last ack."""
+    admin = redis.Redis.from_url(url)
+    producer = DelayQueue(url, namespace, producer_only=True)
+    for start in range(0, jobs, _ADD_BATCH):
+        producer.add_many(
+            {"topic": "speed", "id": str(n)} for n in range(start, min(start + _ADD_BATCH, jobs))
+        )
+    first_call: list[tuple[float, float, float]] = []  # wall, this process's CPU, Redis CPU
+    lock = threading.Lock()
+
+    worker = DelayQueue(url, namespace)
+
+    @worker.handler("speed", concurrency=concurrency)
+    def handle(job: Job) -> None:
+        if not first_call:
+            with lock:
+                if not first_call:
+                    first_call.append((time.perf_counter(), time.process_time(), -1.0))
+
+    redis_before = _redis_cpu_s(admin)  # the worker's start is not much next to 20k jobs
+    worker.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            counts = producer.stats().get("speed", {})
+            if first_call and counts.get("ready", 0) == 0 and counts.get("leased", 0) == 0:
+                finished = (time.perf_counter(), time.process_time(), _redis_cpu_s(admin))
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"not delivered within {timeout_s}s: {counts}")
+            time.sleep(0.005)  # polling the counters; the resolution this measure needs
+    finally:
+        worker.stop(grace=5)
+        producer.close()
+        admin.close()
+    wall_s, cpu_s, _ = first_call[0]
+    return Run(
+        jobs_per_s=jobs / (finished[0] - wall_s),
+        worker_cpu_us_per_job=(finished[1] - cpu_s) / jobs * 1e6,
+        redis_cpu_us_per_job=(finished[2] - redis_before) / jobs * 1e6,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
+        for concurrency in args.concurrency:
+            runs = [
+                measure(server.url, f"speed{concurrency}x{n}", args.jobs, concurrency, args.timeout)
+                for n in range(args.repeat)
+            ]
+            rates = ", ".join(f"{r.jobs_per_s:,.0f}" for r in runs)
+            worker_us = statistics.median(r.worker_cpu_us_per_job for r in runs)
+            redis_us = statistics.median(r.redis_cpu_us_per_job for r in runs)
+            print(
+                f"concurrency {concurrency}: {max(r.jobs_per_s for r in runs):,.0f} jobs/s best "
+                f"of ({rates}); CPU per job (median): worker {worker_us:.0f} us, "
+                f"Redis {redis_us:.0f} us"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""actors.testing: the example in docs/testing.md runs as written, and the simulators use only it
+(no private name of the package, no private attribute of a queue)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _actor_support import stop_actors  # noqa: F401  (fixture)
+
+from actors.server.embedded import RedisProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+SIMULATIONS = ROOT / "simulations"
+
+# An underscore name imported from the package, the package's private modules, or a queue's
+# private actor system.
+PRIVATE = re.compile(
+    r"from\s+actors[\w.]*\s+import\s+(?:\(\s*)?(?:[\w\s,]*,\s*)?_\w"
+    r"|\bactors\._"
+    r"|\._system\b"
+)
+
+
+def guide_example() -> str:
+    text = (ROOT / "docs" / "testing.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return str(block)
+
+
+@pytest.mark.usefixtures("stop_actors")
+def test_the_guide_example_runs(
+    redis_server: RedisProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    namespace: dict[str, Any] = {"__name__": "testing_example"}
+    exec(compile(guide_example(), "docs/testing.md", "exec"), namespace)
+    tests: dict[str, Callable[[], None]] = {
+        name: fn for name, fn in namespace.items() if name.startswith("test_")
+    }
+    assert len(tests) == 2
+    for test in tests.values():
+        test()
+
+
+def test_the_simulators_use_no_private_name_of_the_package() -> None:
+    found = []
+    for path in sorted(SIMULATIONS.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if PRIVATE.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from actors import _constants as c",
+        "from actors.queue import _schedule_ms, _seconds",
+        "from actors.queue import DelayQueue, _seconds",
+        "import actors._validation",
+        "    return queue._system",
+    ],
+)
+def test_the_private_name_check_can_fail(line: str) -> None:
+    assert PRIVATE.search(line)

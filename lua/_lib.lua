@@ -36,8 +36,8 @@ local function ready_key(topic)
 end
 
 -- Tells the listeners of every process, on <prefix>ready, that a topic has ready jobs they may
--- not know of: its list was empty, or a lease left jobs behind (that consumer was full). Listeners
--- of a sharded namespace cannot block on the lists of several shards, so they wait for this.
+-- not know of: its list was empty, or a lease left jobs behind (that consumer was full). No
+-- listener blocks on a ready list: every process's notifier turns this into a ReadyNotice.
 local function ready_notice(topic)
   rcall('PUBLISH', prefix .. READY_CHANNEL, topic)
 end

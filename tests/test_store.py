@@ -15,7 +15,7 @@ from _audit import AuditCursor, structure_problems
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
 from actors.storage.calls import decoded as _s
-from actors.storage.store import Store
+from actors.storage.store import Store, open_store
 from actors.values import Lease, TopicConfig
 
 SCHEDULE = TopicConfig(retry_ms=(1_000, 5_000), lease_ms=2_000)
@@ -810,3 +810,31 @@ def test_a_store_refuses_a_decoding_client(redis_server: object, fake_clock: Fak
             Store(client, "test", fake_clock)
     finally:
         client.close()
+
+
+def test_erase_deletes_every_key_of_the_namespace_and_no_other(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    mine = Store(redis_client, "mine", fake_clock, shards=3)
+    other = Store(redis_client, "other", fake_clock)
+    for n in range(20):
+        mine.add(mine.new_job("t", f"j{n}", {"n": n}, delay_ms=n * 1_000))
+    other.add(other.new_job("t", "kept", delay_ms=60_000))
+    before = set(redis_client.keys("*"))
+    deleted = mine.erase()
+    after = set(redis_client.keys("*"))
+    assert deleted == len(before - after) > 0
+    assert all(b"{mine." in key for key in before - after)
+    assert not any(b"{mine." in key for key in after)
+    assert other.get("t", "kept") is not None
+    assert mine.stats() == {} and mine.audit_length() == 0
+
+
+def test_open_store_without_recording_reads_the_namespace_and_writes_nothing(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    opened = open_store(redis_client, "fresh", fake_clock, record=False)
+    assert opened.shard_count == 1
+    assert redis_client.keys("*") == []  # inspecting created no configuration
+    open_store(redis_client, "fresh", fake_clock, shards=3)  # a worker records 3 shards
+    assert open_store(redis_client, "fresh", fake_clock, record=False).shard_count == 3

@@ -13,8 +13,8 @@ from actors.cli.output import CliError, Exit, command_line
 from actors.clock import RedisSyncedClock
 from actors.errors import ConfigError, RedisServerNotFound
 from actors.server.embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
-from actors.storage.namespace_config import stored_retention, stored_shards
-from actors.storage.store import Store
+from actors.storage.namespace_config import stored_shards
+from actors.storage.store import Store, open_store
 from actors.storage.topology import RedisClient, connect
 
 ENV_URL = "REDELAY_REDIS_URL"
@@ -59,7 +59,7 @@ class Context:
     _client: RedisClient | None = None
     _store: Store | None = None
     _clock: RedisSyncedClock | None = None
-    _recorded_shards: int | None = None
+    _recorded: bool = False
 
     def client(self) -> RedisClient:
         if self._client is not None:
@@ -95,19 +95,17 @@ class Context:
             # Jobs are due on the Redis server's clock, whatever this machine's clock says.
             self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)  # type: ignore[arg-type]
             name = namespace(self.args)
-            # Read, never record: inspecting a namespace must not create its configuration.
-            self._recorded_shards = stored_shards(client, name)
-            shards = self._recorded_shards or 1
-            # Trim as the namespace's workers do, or a CLI write would delete their history.
-            retention = stored_retention(client, name)
-            self._store = Store(client, name, self._clock, shards=shards, retention=retention)
+            self._recorded = stored_shards(client, name) is not None
+            # Read, never record: inspecting a namespace must not create its configuration. The
+            # recorded retention is used, or a CLI write would trim away the workers' history.
+            self._store = open_store(client, name, self._clock, record=False)
         return self._store
 
     def namespace_used(self, counts: dict[str, dict[str, int]], audit_entries: int) -> bool:
         """Whether anything ever used the namespace: a process recorded its configuration, or
         it has topics or history (the CLI's own adds record nothing)."""
         self.store()
-        return self._recorded_shards is not None or bool(counts) or audit_entries > 0
+        return self._recorded or bool(counts) or audit_entries > 0
 
     def close(self) -> None:
         if self._clock is not None:

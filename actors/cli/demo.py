@@ -30,7 +30,6 @@ from actors.job import Job
 from actors.lifecycle import PENDING_STATES, State
 from actors.queue import DelayQueue
 from actors.replay import compare, fold
-from actors.storage.topology import RedisClient
 
 TOPIC = "shop.order-timeout"
 DEMO_NAMESPACE = "demo"
@@ -179,21 +178,6 @@ class Ticker:
             self.drain()  # the events of the last poll interval (the final one, often a death)
 
 
-def clear_namespace(client: RedisClient, namespace: str) -> int:
-    """Deletes the demo's keys from an earlier run (only this namespace's)."""
-    deleted = 0
-    pattern = f"{c.KEY_ROOT}:{{{namespace}.*"
-    batch: list[Any] = []
-    for key in client.scan_iter(match=pattern, count=1000):
-        batch.append(key)
-        if len(batch) >= 500:
-            deleted += int(client.delete(*batch))
-            batch = []
-    if batch:
-        deleted += int(client.delete(*batch))
-    return deleted
-
-
 def _schedule(orders: list[Order]) -> Iterator[tuple[float, str, Order]]:
     steps = [(o.placed_at_s, "place", o) for o in orders]
     steps += [(o.pays_at_s, "pay", o) for o in orders if o.pays_at_s is not None]
@@ -261,7 +245,7 @@ def run_demo(ctx: Context, args: argparse.Namespace) -> int:
     queue = _open_queue(args, namespace)
     try:
         info: Any = queue.client.info("server")
-        clear_namespace(queue.client, namespace)
+        queue.store.erase()  # an earlier run's jobs and history (only this namespace's)
         where = redis_url(args) or f"embedded, data in {data_dir(args)}/ (append-only)"
         print(
             f"redis-server {info.get('redis_version')} ({info.get('executable', '?')}); {where}\n"

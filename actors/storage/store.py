@@ -50,7 +50,12 @@ from actors.storage import calls, reads
 from actors.storage import codec as _record
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
 from actors.storage.keys import ShardKeys, member, shard_of
-from actors.storage.namespace_config import ensure_retention, ensure_shards
+from actors.storage.namespace_config import (
+    ensure_retention,
+    ensure_shards,
+    stored_retention,
+    stored_shards,
+)
 from actors.storage.script_batch import ScriptBatch, WaitFor
 from actors.values import (
     AuditRetention,
@@ -569,6 +574,23 @@ class Store:
         return min((int(first[0][1]) for first in firsts if first), default=None)
 
     @_cluster_errors
+    def erase(self) -> int:
+        """Deletes every key of the namespace's shards (jobs, audit streams, counters); returns
+        how many. Not a transition: it writes no audit event. For starting a demo or a test over,
+        never for a namespace workers use. The namespace's recorded configuration stays."""
+        deleted = 0
+        for keys in self.shard_keys:
+            batch: list[Any] = []
+            # SCAN in pages, so a large namespace never blocks the server in one KEYS call.
+            for key in self.client.scan_iter(match=keys.prefix + "*", count=1_000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    deleted += int(self.client.delete(*batch))
+                    batch = []
+            if batch:
+                deleted += int(self.client.delete(*batch))
+        return deleted
+
     def snapshot(self) -> Snapshot:
         """Every job and where it is, each shard read in one MULTI; O(jobs). For verify and
         the tests: ``problems`` names jobs the scripts could never have left as they are."""
@@ -627,15 +649,25 @@ def open_store(
     durability: Durability | None = None,
     retention: AuditRetention | None = None,
     default_topic_config: TopicConfig | None = None,
+    record: bool = True,
 ) -> Store:
-    """The store for a namespace: checks (or records) its shard count and retention first."""
-    count = ensure_shards(client, namespace, shards)
+    """The store for a namespace: checks (or records) its shard count and retention first.
+
+    ``record=False`` only reads them (one shard and the default retention when nothing is
+    recorded), for tools that inspect a namespace and must not create its configuration.
+    """
+    if record:
+        count = ensure_shards(client, namespace, shards)
+        retention = ensure_retention(client, namespace, retention)
+    else:
+        count = stored_shards(client, namespace) or shards or 1
+        retention = stored_retention(client, namespace) or retention
     return Store(
         client,
         namespace,
         clock,
         shards=count,
-        retention=ensure_retention(client, namespace, retention),
+        retention=retention,
         default_topic_config=default_topic_config,
         durability=durability,
     )

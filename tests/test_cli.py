@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from _wait import wait_until
 
 from actors.clock import SystemClock
 from actors.server.embedded import RedisProcess
@@ -430,11 +431,8 @@ def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+def wait_for(condition: Any, what: str) -> None:
+    wait_until(condition, what=what, poll_s=0.05)  # each poll runs the redelay command
 
 
 @pytest.mark.parametrize("target", ["myworker:queue", "myworker:make_queue"])
@@ -443,8 +441,8 @@ def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: st
     try:
         assert worker.stdout is not None
         cli("add", "mail.send", "m1", "--body", "{}")
-        wait_for(lambda: (tmp_path / "done").exists())
-        wait_for(lambda: cli.json("history", "mail.send", "m1")[-1]["event"] == "acked")
+        wait_for(lambda: (tmp_path / "done").exists(), "the handler to run")
+        wait_for(lambda: cli.json("history", "mail.send", "m1")[-1]["event"] == "acked", "the ack")
         events = cli.json("history", "mail.send", "m1")
         assert events[-1]["fields"]["detail"] == "sent"
         worker.send_signal(signal.SIGTERM)
@@ -460,7 +458,10 @@ def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path
     worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "10")
     try:
         cli("add", "mail.send", "slow", "--body", '{"sleep": 1.5}')
-        wait_for(lambda: cli.json("get", "mail.send", "slow", code=0)["state"] == "leased")
+        wait_for(
+            lambda: cli.json("get", "mail.send", "slow", code=0)["state"] == "leased",
+            "the slow job to be leased",
+        )
         worker.send_signal(signal.SIGINT)
         _, err = worker.communicate(timeout=30)
     finally:

@@ -20,6 +20,7 @@ from _actor_support import (  # noqa: F401
     stop_actors,
     wait_for,
 )
+from _wait import WAIT_S
 
 from actors.clock import FakeClock
 from actors.job import Job
@@ -57,7 +58,7 @@ class Unit:
         from actors.runtime.messages import Stats
 
         answer = self.listener.ask(Stats(), block=False)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
             _unblock_all(self.store.client)
             try:
@@ -70,7 +71,7 @@ class Unit:
     def stop(self) -> None:
         """Stops the listener without waiting for its block timeout."""
         stopped = self.listener.stop(block=False)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:  # until it stops: it may block again meanwhile
             _unblock_all(self.store.client)
             try:

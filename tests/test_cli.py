@@ -405,9 +405,11 @@ from actors import DelayQueue
 
 queue = DelayQueue({url!r}, {ns!r})
 DONE = Path({done!r})
+STARTED = Path({started!r})
 
 @queue.handler("mail.send", concurrency=2)
 def send(job):
+    STARTED.write_text(job.id)
     time.sleep(job.body.get("sleep", 0))
     DONE.write_text(job.id)
     return "sent"
@@ -419,7 +421,9 @@ def make_queue():
 
 def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
     (tmp_path / "myworker.py").write_text(
-        WORKER_MODULE.format(url=url, ns=NS, done=str(tmp_path / "done"))
+        WORKER_MODULE.format(
+            url=url, ns=NS, done=str(tmp_path / "done"), started=str(tmp_path / "started")
+        )
     )
     return subprocess.Popen(
         [sys.executable, "-m", "actors.cli", "worker", *args],
@@ -457,11 +461,11 @@ def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: st
 def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path) -> None:
     worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "10")
     try:
-        cli("add", "mail.send", "slow", "--body", '{"sleep": 1.5}')
-        wait_for(
-            lambda: cli.json("get", "mail.send", "slow", code=0)["state"] == "leased",
-            "the slow job to be leased",
-        )
+        cli("add", "mail.send", "slow", "--body", '{"sleep": 3}')
+        # The handler's own marker, not a `redelay get` poll: on a busy machine one run of the
+        # command can take longer than the handler, and the leased state is gone before it looks.
+        wait_for(lambda: (tmp_path / "started").exists(), "the slow handler to start")
+        assert not (tmp_path / "done").exists()  # the signal comes while the handler runs
         worker.send_signal(signal.SIGINT)
         _, err = worker.communicate(timeout=30)
     finally:

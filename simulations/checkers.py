@@ -13,7 +13,8 @@ then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, doc
 5. ``lost``: a job the producer added is gone from Redis without a successful run, a death or a
    cancel to show for it.
 6. ``unexplained_duplicate``: a job ran again after a run that did not fail, and the audit stream
-   shows no expired lease, release or handler timeout that ended the earlier run.
+   shows no expired lease, release or handler timeout that ended the earlier run, nor a new add
+   after its ack.
 7. ``stuck``: at the end a job is still delayed, ready or leased (nothing finished it in time).
 8. ``late``: with a bound set, lateness in calm periods went over it.
 """
@@ -462,8 +463,15 @@ def _explain(
     end = index.lease_pos.get((key, run.token))
     if start is None or end is None or end < start:
         return None
+    acked = False
     for fields in index.between(key, start, end):
         event = fields.get("e", "")
+        acked = acked or event == "acked"
+        if acked and event in _RESTARTS:
+            # The producer added the job again after the run was acked: a retried add whose
+            # first try went in (an add spanning shards is all or nothing per shard only), so
+            # the queue ran what it was given twice.
+            return "added again after its ack"
         if event not in _LEASE_ENDS:
             continue
         if event == "failed" or (event == "dead" and fields.get("via") == "failed"):

@@ -3,32 +3,23 @@ ask an actor for its stats, start the process's notifier, and stop every actor a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pykka
 import pytest
 import redis
+from _wait import WAIT_S, wait_until
 
 from actors.runtime.messages import Stats
 from actors.runtime.notifier import ShardNotifier, notifier_for
 from actors.storage.calls import decoded as _s
 from actors.storage.store import Store
 
-WAIT_S = 10.0  # generous: a loaded 2-core machine may be slow to schedule actor threads
-
 
 def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Polls ``condition`` until it returns something truthy; fails the test at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.005)
+    """``wait_until`` with the actor tests' positional ``what``."""
+    return wait_until(condition, what=what, timeout_s=timeout_s)
 
 
 def stats(ref: pykka.ActorRef[Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from _wait import WAIT_S, poll_until
 from redis.exceptions import RedisClusterException
 
 from actors.clock import Clock
@@ -132,19 +133,18 @@ class Flow:
             elif not moved[0]:
                 time.sleep(_PAUSE_S)
 
-    def finish(self, timeout_s: float = 40.0) -> None:
-        """Waits for the producer and for every confirmed job to be acked, then stops."""
+    def finish(self, timeout_s: float = WAIT_S * 2) -> None:
+        """Waits for the producer and for every confirmed job to be acked, then stops. What is
+        still missing at the deadline, ``problems()`` reports."""
         self.producer.join(timeout=timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self.log.lock:
-                missing = set(self.log.confirmed) - self.log.acked
-            if not missing:
-                break
-            time.sleep(0.05)  # waiting for a condition with a deadline
+        poll_until(self._all_confirmed_acked, timeout_s=timeout_s, poll_s=0.05)
         self.stop.set()
         for thread in self.workers:
-            thread.join(timeout=10)
+            thread.join(timeout=WAIT_S)
+
+    def _all_confirmed_acked(self) -> bool:
+        with self.log.lock:
+            return set(self.log.confirmed) <= self.log.acked
 
     def problems(self) -> list[str]:
         """Safety first (nothing early, audit agrees), then liveness (nothing lost)."""

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 import redis
+from _wait import WAIT_S
 
 from actors.storage.calls import decoded as _s
 
 ROOT = Path(__file__).resolve().parent.parent
-START_S = 20.0  # importing redelay in a fresh interpreter on a loaded 2-core machine
+START_S = WAIT_S  # importing redelay in a fresh interpreter on a loaded 2-core machine
 
 
 class WorkerProcess:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from _wait import WAIT_S
 from hypothesis import HealthCheck, Phase, settings
 
 from actors.clock import FakeClock
@@ -65,7 +66,7 @@ def redis_binaries() -> list[str]:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisProcess]:
     with tempfile.TemporaryDirectory(prefix="redelay-test-") as directory:
-        server = RedisProcess(directory).start()
+        server = RedisProcess(directory).start(timeout_s=WAIT_S)
         try:
             yield server
         finally:
@@ -87,7 +88,7 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisProcess]]:
 
     def start(**kwargs: object) -> RedisProcess:
         server = RedisProcess(tmp_path / f"redis-{len(started)}", **kwargs)  # type: ignore[arg-type]
-        started.append(server.start())
+        started.append(server.start(timeout_s=WAIT_S))
         return server
 
     yield start

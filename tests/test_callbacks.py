@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import redis
+from _wait import wait_until
 
 from actors import DelayQueue, Job, Retry
 from actors.callbacks import (
@@ -230,11 +231,10 @@ def test_register_callbacks_checks_its_configuration(redis_client: redis.Redis) 
 # -- end to end through a DelayQueue ----------------------------------------------------------
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+def wait_for_event(queue: DelayQueue, job_id: str, event: str) -> None:
+    wait_until(
+        lambda: last_event(queue, job_id).get("event") == event, what=f"{job_id} to be {event}"
+    )
 
 
 def last_event(queue: DelayQueue, job_id: str) -> dict[str, Any]:
@@ -260,9 +260,9 @@ def test_end_to_end_ack_retry_and_dead(queue: DelayQueue, hook: Hook) -> None:
     queue.add("hooks", "fail", {"order": "fail"}, callback=hook.url("/fail"))
     queue.add("hooks", "slow", {"order": "slow"}, callback=hook.url("/slow"))
     queue.start()
-    wait_for(lambda: last_event(queue, "ok").get("event") == "acked")
-    wait_for(lambda: last_event(queue, "fail").get("event") == "dead")
-    wait_for(lambda: last_event(queue, "slow").get("event") == "dead")
+    wait_for_event(queue, "ok", "acked")
+    wait_for_event(queue, "fail", "dead")
+    wait_for_event(queue, "slow", "dead")
     acked = last_event(queue, "ok")
     assert acked["detail"] == "HTTP 200" and acked["attempt"] == 1
     dead = last_event(queue, "fail")
@@ -278,7 +278,7 @@ def test_end_to_end_private_address_refused_by_default(queue: DelayQueue, hook: 
     register_callbacks(queue, "hooks", allowed_hosts=["127.0.0.1"], retry=[0.05])
     queue.add("hooks", "local", {"order": "x"}, callback=hook.url("/ok"))
     queue.start()
-    wait_for(lambda: last_event(queue, "local").get("event") == "dead")
+    wait_for_event(queue, "local", "dead")
     assert "non-public address" in last_event(queue, "local")["why"]
     assert hook.received == []  # never called
 
@@ -287,7 +287,7 @@ def test_end_to_end_retry_after_sets_the_next_due_time(queue: DelayQueue, hook: 
     register_callbacks(queue, "hooks", allowed_hosts=["127.0.0.1"], allow_private=True, retry=[600])
     queue.add("hooks", "busy", {"order": "b"}, callback=hook.url("/busy"))
     queue.start()
-    wait_for(lambda: last_event(queue, "busy").get("event") == "failed")
+    wait_for_event(queue, "busy", "failed")
     failed = last_event(queue, "busy")
     delay_ms = int(failed["due"]) - next(
         e.at_ms for e in reversed(queue.history("hooks", "busy")) if e.event == "failed"

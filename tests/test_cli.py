@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from _wait import wait_until
 
 import actors
 from actors.clock import SystemClock
@@ -423,9 +424,11 @@ from actors import DelayQueue
 
 queue = DelayQueue({url!r}, {ns!r})
 DONE = Path({done!r})
+STARTED = Path({started!r})
 
 @queue.handler("mail.send", concurrency=2)
 def send(job):
+    STARTED.write_text(job.id)
     time.sleep(job.body.get("sleep", 0))
     DONE.write_text(job.id)
     return "sent"
@@ -437,7 +440,9 @@ def make_queue():
 
 def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
     (tmp_path / "myworker.py").write_text(
-        WORKER_MODULE.format(url=url, ns=NS, done=str(tmp_path / "done"))
+        WORKER_MODULE.format(
+            url=url, ns=NS, done=str(tmp_path / "done"), started=str(tmp_path / "started")
+        )
     )
     return subprocess.Popen(
         [sys.executable, "-m", "actors.cli", "worker", *args],
@@ -449,11 +454,8 @@ def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+def wait_for(condition: Any, what: str) -> None:
+    wait_until(condition, what=what, poll_s=0.05)  # each poll runs the redelay command
 
 
 @pytest.mark.parametrize("target", ["myworker:queue", "myworker:make_queue"])
@@ -462,8 +464,8 @@ def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: st
     try:
         assert worker.stdout is not None
         cli("add", "mail.send", "m1", "--body", "{}")
-        wait_for(lambda: (tmp_path / "done").exists())
-        wait_for(lambda: cli.json("history", "mail.send", "m1")[-1]["event"] == "acked")
+        wait_for(lambda: (tmp_path / "done").exists(), "the handler to run")
+        wait_for(lambda: cli.json("history", "mail.send", "m1")[-1]["event"] == "acked", "the ack")
         events = cli.json("history", "mail.send", "m1")
         assert events[-1]["fields"]["detail"] == "sent"
         worker.send_signal(signal.SIGTERM)
@@ -478,8 +480,11 @@ def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: st
 def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path) -> None:
     worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "10")
     try:
-        cli("add", "mail.send", "slow", "--body", '{"sleep": 1.5}')
-        wait_for(lambda: cli.json("get", "mail.send", "slow", code=0)["state"] == "leased")
+        cli("add", "mail.send", "slow", "--body", '{"sleep": 3}')
+        # The handler's own marker, not a `redelay get` poll: on a busy machine one run of the
+        # command can take longer than the handler, and the leased state is gone before it looks.
+        wait_for(lambda: (tmp_path / "started").exists(), "the slow handler to start")
+        assert not (tmp_path / "done").exists()  # the signal comes while the handler runs
         worker.send_signal(signal.SIGINT)
         _, err = worker.communicate(timeout=30)
     finally:
@@ -779,7 +784,10 @@ def test_worker_json_is_one_line_per_event_and_the_last_one_carries_the_error(
     worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "0.2", "--json")
     try:
         cli("add", "mail.send", "slow", "--body", '{"sleep": 5}')
-        wait_for(lambda: cli.json("get", "mail.send", "slow")["state"] == "leased")
+        wait_for(
+            lambda: cli.json("get", "mail.send", "slow")["state"] == "leased",
+            "the slow job to be leased",
+        )
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=30)
     finally:

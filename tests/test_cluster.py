@@ -8,7 +8,8 @@ import time
 import pytest
 from _audit import structure_problems
 from _cluster_flow import TOPIC, Flow
-from cluster import clean_cluster, cluster, fresh_cluster  # noqa: F401  (fixtures)
+from _wait import wait_until
+from cluster import FAILOVER_S, clean_cluster, cluster, fresh_cluster  # noqa: F401  (fixtures)
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterError, TryAgainError
@@ -154,18 +155,16 @@ def test_a_master_killed_while_jobs_flow_loses_no_confirmed_job(
     # Durable adds: a confirmed add is on a replica too, so the promoted replica has it.
     store = sharded(client, clock, durability=Durability(replicas=1, timeout_ms=2_000))
     flow = Flow(store, clock, jobs=400, add_interval_s=0.005).start()
-    deadline = time.monotonic() + 10
-    while flow.added() < 150 and time.monotonic() < deadline:
-        time.sleep(0.01)  # waiting for jobs to be flowing before the crash
+    wait_until(lambda: flow.added() >= 150, what="jobs to be flowing before the crash")
     victim = fresh_cluster.master_of_slot(key_slot(store.shard_keys[0].jobs.encode()))
     fresh_cluster.node_by_port(victim).kill()
-    fresh_cluster.wait_healthy()  # its replica took over
+    fresh_cluster.wait_healthy(timeout_s=FAILOVER_S)  # its replica took over
     assert victim not in fresh_cluster.master_ports()
     # The operator restarts it: it rejoins as the new master's replica, so durable adds to that
     # master's shards (which failed meanwhile: no replica to acknowledge) succeed again.
     fresh_cluster.node_by_port(victim).start()
-    fresh_cluster.wait_healthy()
-    flow.finish(timeout_s=40)
+    fresh_cluster.wait_healthy(timeout_s=FAILOVER_S)
+    flow.finish()
     assert flow.problems() == []
     assert sum(flow.log.errors.values()) > 0  # the crash was felt, and survived
     client.close()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from _actor_support import stop_actors, wait_for  # noqa: F401
 from _processes import WorkerProcess, deliveries
+from _wait import WAIT_S
 
 from actors import DelayQueue, Job
 from actors.clock import FakeClock
@@ -61,7 +62,7 @@ def test_a_worker_killed_mid_handler_loses_its_job_to_another_after_the_lease(
         done.set()
 
     second_worker.start()
-    assert done.wait(10), "the second worker never got the job"
+    assert done.wait(WAIT_S), "the second worker never got the job"
     ((attempt, at_ms),) = got
     assert attempt == 2  # the expired lease counted as the failed first attempt
     assert at_ms >= deadline_ms  # not before the first worker's lease was over
@@ -96,7 +97,7 @@ def test_redis_killed_and_restarted_under_a_running_worker(durable_server: Redis
             acked = {f["i"] for _, f in reader.iter_audit() if f["e"] == "acked"}
             return left == 0 and acked == set(ids)
 
-        wait_for(all_acked, "every job acked after the restart", timeout_s=30)
+        wait_for(all_acked, "every job acked after the restart", timeout_s=2 * WAIT_S)
         assert worker.process.poll() is None  # the same process, never restarted
         delivered = {job_id for job_id, _, _ in deliveries(client, NAMESPACE)}
         assert delivered == set(ids)

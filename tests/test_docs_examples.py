@@ -19,12 +19,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _wait import wait_until
 
 from actors.cli.app import subcommand_names
 from actors.cli.output import Exit
@@ -123,13 +123,12 @@ class Reader:
         return events
 
     def wait_for_event(self, topic: str, job_id: str, namespace: str, event: str) -> None:
-        deadline = time.monotonic() + 30
-        while True:
+        def reached() -> bool:
             events = self.history(topic, job_id, namespace)
-            if events and events[-1]["event"] == event:
-                return
-            assert time.monotonic() < deadline, f"{topic}/{job_id} never reached {event}"
-            time.sleep(0.2)
+            return bool(events) and events[-1]["event"] == event
+
+        # Each poll runs the redelay command in a fresh interpreter.
+        wait_until(reached, what=f"{topic}/{job_id} to reach {event}", poll_s=0.2)
 
     def stop_workers(self) -> None:
         for worker in self.workers:

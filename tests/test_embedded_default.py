@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from _wait import WAIT_S, poll_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -62,13 +63,8 @@ def server_answers(socket_path: str) -> bool:
         client.close()
 
 
-def wait_until_gone(socket_path: str, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while server_answers(socket_path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def wait_until_gone(socket_path: str, timeout_s: float = WAIT_S) -> bool:
+    return poll_until(lambda: not server_answers(socket_path), timeout_s=timeout_s) is not None
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import redis
 from _actor_support import stop_actors, wait_for  # noqa: F401  (fixture)
-from cluster import cluster, fresh_cluster, sentinel_setup  # noqa: F401  (fixtures)
+from _wait import WAIT_S, wait_until
+from cluster import FAILOVER_S, cluster, fail_over, fresh_cluster, sentinel_setup  # noqa: F401
 from redis.crc import key_slot
 
 from actors import DelayQueue, Job
@@ -71,7 +72,7 @@ def produce(producer: DelayQueue, ids: list[str], max_delay_s: float, seed: int)
             producer.add(TOPIC, job_id, job_id, delay=rng.uniform(0, max_delay_s))
             confirmed.append(job_id)
         except Exception:  # the failover: outcome unknown, not counted as confirmed
-            time.sleep(0.05)
+            time.sleep(0.05)  # back off as a producer should; not waiting for anything
     return confirmed
 
 
@@ -83,9 +84,9 @@ def check(queue: DelayQueue, recorder: Recorder, confirmed: list[str]) -> dict[s
     trip, so reading the stream and then the live state while acks are in flight can see a job
     leased in one and acked in the other.
     """
-    wait_for(lambda: set(confirmed) <= recorder.done(), "every confirmed job to run", 40)
+    wait_for(lambda: set(confirmed) <= recorder.done(), "every confirmed job to run", 2 * WAIT_S)
     empty = {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
-    wait_for(lambda: queue.stats().get(TOPIC, empty) == empty, "every ack to land", 40)
+    wait_for(lambda: queue.stats().get(TOPIC, empty) == empty, "every ack to land", 2 * WAIT_S)
     health = queue.health()
     assert recorder.early == []
     replay = fold(queue.store.iter_audit())
@@ -122,7 +123,7 @@ def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
     queue.start()
     ids = [f"order-{n}" for n in range(300)]
     queue.add_many([{"topic": TOPIC, "id": i, "delay": n % 30 / 100} for n, i in enumerate(ids)])
-    wait_for(lambda: set(ids) <= recorder.done(), "every job to run", 40)
+    wait_for(lambda: set(ids) <= recorder.done(), "every job to run", 2 * WAIT_S)
     opened = {p: clients_per_node(cluster)[p] - before[p] for p in before}  # while running
     check(queue, recorder, ids)
     assert all(len(times) == 1 for times in recorder.started.values())  # nothing failed
@@ -155,10 +156,10 @@ def test_a_cluster_master_killed_while_the_actors_work(
     assert queue.store.shard_count == SHARDS
     victim = fresh_cluster.master_of_slot(key_slot(queue.store.shard_keys[0].jobs.encode()))
     fresh_cluster.node_by_port(victim).kill()
-    fresh_cluster.wait_healthy()
+    fresh_cluster.wait_healthy(timeout_s=FAILOVER_S)
     fresh_cluster.node_by_port(victim).start()  # back as the new master's replica
-    fresh_cluster.wait_healthy()
-    thread.join(timeout=60)
+    fresh_cluster.wait_healthy(timeout_s=FAILOVER_S)
+    wait_until(lambda: not thread.is_alive(), what="the producer to finish", timeout_s=FAILOVER_S)
     assert len(confirmed) >= len(ids) // 2
     health = check(queue, recorder, confirmed)
     assert health and all(unit["alive"] for unit in health.values())
@@ -182,12 +183,8 @@ def test_the_actors_carry_on_through_a_sentinel_failover(
     )
     thread.start()
     wait_for(lambda: len(recorder.done()) >= 40, "jobs to be flowing")
-    old = sentinel_setup.master_port()
-    sentinel_setup.server_by_port(old).kill()
-    sentinel_setup.wait_for_new_master(old)
-    sentinel_setup.server_by_port(old).start()  # the sentinels make it the new replica
-    sentinel_setup.wait_for_replica(old)
-    thread.join(timeout=60)
+    old, _ = fail_over(sentinel_setup)  # the sentinels make the old master the new replica
+    wait_until(lambda: not thread.is_alive(), what="the producer to finish", timeout_s=FAILOVER_S)
     assert len(confirmed) >= len(ids) // 2
     health = check(queue, recorder, confirmed)
     assert health and all(unit["alive"] for unit in health.values())

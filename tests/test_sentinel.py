@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import redis
 from _cluster_flow import TOPIC, Flow
-from cluster import sentinel_setup  # noqa: F401  (fixture)
+from _wait import wait_until
+from cluster import FAILOVER_S, fail_over, sentinel_setup  # noqa: F401  (fixture)
 
 from actors.clock import FakeClock, SystemClock
 from actors.errors import NotReplicatedError
@@ -38,16 +38,10 @@ def test_jobs_flow_while_sentinel_fails_over(sentinel_setup: LocalSentinel) -> N
     store = open_store(client, "flow", clock, durability=Durability(replicas=1, timeout_ms=2_000))
     store.configure_topic(TOPIC, FLOW_CONFIG)
     flow = Flow(store, clock, jobs=300, add_interval_s=0.005).start()
-    deadline = time.monotonic() + 10
-    while flow.added() < 100 and time.monotonic() < deadline:
-        time.sleep(0.01)  # waiting for jobs to be flowing before the crash
-    old = sentinel_setup.master_port()
-    sentinel_setup.server_by_port(old).kill()
-    new = sentinel_setup.wait_for_new_master(old)
-    # Back as an empty server, it is turned into the new master's replica by the sentinels.
-    sentinel_setup.server_by_port(old).start()
-    sentinel_setup.wait_for_replica(old)
-    flow.finish(timeout_s=40)
+    wait_until(lambda: flow.added() >= 100, what="jobs to be flowing before the crash")
+    # Back as an empty server, the old master is turned into the new one's replica.
+    old, new = fail_over(sentinel_setup)
+    flow.finish()
     assert new != old
     assert flow.problems() == []
     assert sum(flow.log.errors.values()) > 0  # the failover was felt, and survived
@@ -77,7 +71,7 @@ def lose_the_master_behind_a_stalled_replica(
         setup.server_by_port(old).kill()
     finally:
         os.kill(replica.process.pid, signal.SIGCONT)
-    setup.wait_for_new_master(old)
+    setup.wait_for_new_master(old, timeout_s=FAILOVER_S)
     return confirmed, reported
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 import redis
+from _wait import WAIT_S
 
 from actors.clock import FakeClock
 from actors.errors import ConfigError, ErrorCode, JobExistsError, PartialAddError, ValidationError
@@ -289,10 +290,16 @@ def test_scripts_publish_a_ready_notice_when_a_list_fills_or_a_lease_leaves_jobs
     pubsub.get_message(timeout=1)
 
     def notices() -> list[str]:
-        found = []
-        while (message := pubsub.get_message(timeout=0.05)) is not None:
+        """What was published since the last call: a marker published now arrives after all
+        of it (a channel keeps its order), so nothing late is missed and nothing is waited out."""
+        redis_client.publish(store.keys.ready_channel, "end-of-notices")
+        found: list[str] = []
+        while True:
+            message = pubsub.get_message(timeout=WAIT_S)
+            assert message is not None, f"the marker did not come back within {WAIT_S}s"
+            if message["data"] == b"end-of-notices":
+                return found
             found.append(message["data"].decode())
-        return found
 
     store.add(store.new_job("t", "a"))  # empty list -> one job
     store.add(store.new_job("t", "b"))  # already had one

@@ -23,6 +23,7 @@ from _actor_support import (  # noqa: F401
     stop_actors,
     wait_for,
 )
+from _wait import WAIT_S
 
 from actors import DelayQueue, Job
 from actors.clock import FakeClock
@@ -93,7 +94,7 @@ def test_running_handlers_finish_within_grace_and_nothing_more_is_fetched(
 
     queue.add_many([{"topic": "t", "id": f"j{n}"} for n in range(5)])
     queue.start()
-    assert running.acquire(timeout=5) and running.acquire(timeout=5)
+    assert running.acquire(timeout=WAIT_S) and running.acquire(timeout=WAIT_S)
 
     report, took_s = timed_stop(queue, grace=5)
     assert report["still_running"] == {}
@@ -117,7 +118,7 @@ def test_jobs_fetched_but_not_started_go_back_with_no_attempt_counted(
 
     pool = ConsumerPool.start(store, fake_clock, "t", handler, concurrency=1, timeout_ms=60_000)
     pool.tell(Run(leases))  # one thread: j0 starts, j1 and j2 wait for it
-    assert entered.wait(5)
+    assert entered.wait(WAIT_S)
 
     drain = Drain()
     pool.tell(drain)
@@ -131,7 +132,7 @@ def test_jobs_fetched_but_not_started_go_back_with_no_attempt_counted(
         drain.idle.get(timeout=0.05)  # j0 still runs
 
     gate.set()
-    assert drain.idle.get(timeout=5) == 0
+    assert drain.idle.get(timeout=WAIT_S) == 0
     assert [e["e"] for e in events(store, "j0")][-1] == "acked"
 
 
@@ -148,7 +149,7 @@ def test_jobs_still_running_after_grace_keep_their_lease_and_a_sweeper_recovers_
 
     queue.add("t", "stuck")
     queue.start()
-    assert started.wait(5)
+    assert started.wait(WAIT_S)
     token = store.get("t", "stuck").token  # type: ignore[union-attr]
 
     report, took_s = timed_stop(queue, grace=0.5)
@@ -180,7 +181,7 @@ def test_stop_keeps_its_bound_when_redis_is_gone(
 
     queue.add("t", "j")
     queue.start()
-    assert started.wait(5)
+    assert started.wait(WAIT_S)
     server.kill()
     gate.set()  # the ack cannot be sent: the pool retries until the stop gives up on it
 

@@ -231,6 +231,24 @@ def test_a_retry_after_the_handler_raised_is_no_duplicate(
     assert verdict.duplicates.count == 0
 
 
+def test_a_run_after_the_job_was_acked_and_added_again_is_explained(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """The chaos producer retries a whole add_many when one shard's part failed; a job from
+    another shard that already ran and was acked is added, and runs, again."""
+    job = _add(store, "a")
+    first = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", first)
+    fake_clock.advance(100)
+    _add(store, "a")
+    second = _lease_one(store, fake_clock, fake_clock.now_ms())
+    store.ack(T, "a", second)
+    runs = [_run(1, job, first, job.due_ms, "ok"), _run(2, job, second, job.due_ms, "ok")]
+    verdict = check_all(_evidence(store, [job], runs))
+    assert verdict.failures == []
+    assert verdict.duplicates.by_cause == {"added again after its ack": 1}
+
+
 def test_a_lease_run_twice_is_an_unexplained_duplicate(store: Store, fake_clock: FakeClock) -> None:
     job = _add(store, "a")
     token = _lease_one(store, fake_clock, job.due_ms)

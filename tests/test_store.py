@@ -11,6 +11,7 @@ import time
 import pytest
 import redis
 from _audit import AuditCursor, structure_problems
+from _wait import WAIT_S
 
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
@@ -137,7 +138,7 @@ def test_add_publishes_the_due_time_when_a_job_becomes_the_earliest(
         store.add(store.new_job("t", "b", delay_ms=9_000))  # not the earliest: no message
         store.add(store.new_job("t", "c", delay_ms=1_000))
         received: list[int] = []
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT_S
         while len(received) < 2 and time.monotonic() < deadline:
             message = pubsub.get_message(timeout=0.5)
             if message is not None:

@@ -11,10 +11,11 @@ from actors import _constants as c
 from actors.clock import FakeClock
 from actors.errors import ValidationError
 from actors.lifecycle import State
+from actors.queue import DelayQueue
 from actors.server.embedded import RedisProcess
 from actors.storage import calls, listing
-from actors.storage.calls import CallTime, ShardPage
-from actors.storage.keys import member
+from actors.storage.calls import CallTime, ShardPage, decoded
+from actors.storage.keys import member, split_member
 from actors.storage.script_batch import ScriptBatch
 from actors.storage.store import Store
 from actors.values import JobInfo, JobPage
@@ -80,7 +81,7 @@ def test_ready_pages_keep_each_shards_list_order(sharded: Store, fake_clock: Fak
     assert {info.state for info in jobs} == {State.READY}
     for keys in sharded.shard_keys:
         in_list = [
-            m.decode().split("|", 1)[1] for m in sharded.client.lrange(keys.ready("mail"), 0, -1)
+            split_member(decoded(m))[1] for m in sharded.client.lrange(keys.ready("mail"), 0, -1)
         ]
         assert [info.id for info in jobs if info.id in set(in_list)] == in_list
     assert [info.due_ms for info in jobs] == sorted(info.due_ms for info in jobs)
@@ -175,7 +176,7 @@ class CountingConnection(redis.UnixDomainSocketConnection):
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         CountingConnection.sends += 1
-        super().send_packed_command(command, check_health)
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.parametrize("state", ["delayed", "ready"])
@@ -270,3 +271,17 @@ def test_a_cursor_of_another_listing_is_refused(sharded: Store, fake_clock: Fake
     for topic, state in [("mail", "dead"), ("other", "delayed"), ("mail", "ready")]:
         with pytest.raises(ValidationError, match="cursor for the delayed jobs of topic 'mail'"):
             sharded.jobs(topic, state, after=after)
+
+
+def test_the_queue_pages_through_its_store(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    queue = DelayQueue(redis_client, "facade", clock=fake_clock, producer_only=True, shards=SHARDS)
+    for n in range(5):
+        queue.add("mail", f"m{n}", {"n": n}, delay=10 - n)
+    first = queue.jobs("mail", "delayed", limit=3)
+    assert [info.id for info in first.jobs] == ["m4", "m3", "m2"]
+    rest = queue.jobs("mail", "delayed", after=first.next_after, limit=3)
+    assert ([info.id for info in rest.jobs], rest.next_after) == (["m1", "m0"], None)
+    with pytest.raises(ValidationError, match=r"^limit"):
+        queue.jobs("mail", "delayed", limit=1_001)

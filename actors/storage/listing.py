@@ -32,7 +32,7 @@ from actors.storage.calls import ShardPage
 from actors.values import JobInfo, JobPage
 
 LISTED_STATES: tuple[State, ...] = (State.DELAYED, State.READY, State.LEASED, State.DEAD)
-_EXPECTED_CURSOR = "the next_after of the page before"
+_EXPECTED_CURSOR = "the next_after a page returned"
 
 Position = tuple[int, str]  # (score, member)
 

@@ -575,35 +575,31 @@ class Store:
         validation.topic(topic)
         listed = listing.listed_state(state)
         validation.count(limit, "limit", c.LIST_LIMIT_MAX)
-        at = self._now()
-        scan = c.LIST_SCAN_ENTRIES
+        # Where each shard resumes: one position for every shard's ZSET, or per shard in the
+        # ready lists (see storage/listing.py).
+        positions: dict[int, str] = {}
+        starts: dict[int, tuple[int | None, str] | None]
         if listed == State.READY:
             positions = listing.ready_after(after, topic, self.shard_count)
-            replies = self._run(
-                {
-                    s: calls.list_page(
-                        k,
-                        at,
-                        topic,
-                        listed,
-                        limit,
-                        scan,
-                        (None, positions[s]) if s in positions else None,
-                    )
-                    for s, k in enumerate(self.shard_keys)
-                }
-            )
-            pages = {s: calls.listed(topic, listed, reply) for s, reply in replies.items()}
-            return listing.ready_page(topic, pages, positions, limit)
-        position = listing.zset_after(after, topic, listed)
+            starts = {
+                s: (None, positions[s]) if s in positions else None for s in range(self.shard_count)
+            }
+        else:
+            position = listing.zset_after(after, topic, listed)
+            starts = dict.fromkeys(range(self.shard_count), position)
+        at = self._now()
         replies = self._run(
             {
-                s: calls.list_page(k, at, topic, listed, limit, scan, position)
-                for s, k in enumerate(self.shard_keys)
+                s: calls.list_page(
+                    self.shard_keys[s], at, topic, listed, limit, c.LIST_SCAN_ENTRIES, start
+                )
+                for s, start in starts.items()
             }
         )
-        shard_pages = [calls.listed(topic, listed, reply) for reply in replies.values()]
-        return listing.zset_page(topic, listed, shard_pages, limit)
+        pages = {s: calls.listed(topic, listed, reply) for s, reply in replies.items()}
+        if listed == State.READY:
+            return listing.ready_page(topic, pages, positions, limit)
+        return listing.zset_page(topic, listed, list(pages.values()), limit)
 
     @_cluster_errors
     def earliest_due_ms(self) -> int | None:

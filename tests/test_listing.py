@@ -285,3 +285,15 @@ def test_the_queue_pages_through_its_store(
     assert ([info.id for info in rest.jobs], rest.next_after) == (["m1", "m0"], None)
     with pytest.raises(ValidationError, match=r"^limit"):
         queue.jobs("mail", "delayed", limit=1_001)
+
+
+def test_listing_writes_nothing(
+    sharded: Store, redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    assert [sharded.jobs("mail", state).jobs for state in listing.LISTED_STATES] == [()] * 4
+    assert redis_client.keys("*") == []  # not even a topic or a counter
+    add_delayed(sharded, "mail", 10, fake_clock)
+    before = {key: redis_client.dump(key) for key in redis_client.keys("*")}
+    for state in listing.LISTED_STATES:
+        sharded.jobs("mail", state, limit=3)
+    assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before

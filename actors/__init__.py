@@ -24,7 +24,15 @@ from actors.errors import (
 from actors.job import Job, Retry
 from actors.queue import AuditEvent, DelayQueue
 from actors.storage.store import Store
-from actors.values import AuditRetention, Durability, JobInfo, Lease, NewJob, TopicConfig
+from actors.values import (
+    AuditRetention,
+    Durability,
+    JobInfo,
+    JobPage,
+    Lease,
+    NewJob,
+    TopicConfig,
+)
 
 
 def _version() -> str:
@@ -57,6 +65,7 @@ __all__ = [
     "Job",
     "JobExistsError",
     "JobInfo",
+    "JobPage",
     "Lease",
     "NewJob",
     "NotReplicatedError",

@@ -32,7 +32,7 @@ from actors.replay import history as replay_history
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.storage.store import open_store
 from actors.storage.topology import RedisClient, connect
-from actors.values import AuditRetention, Durability, JobInfo, NewJob, TopicConfig
+from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
 
 log = logging.getLogger("actors.queue")
 
@@ -279,6 +279,14 @@ class DelayQueue:
 
     def dead(self, topic: str | None = None, limit: int = 100) -> list[JobInfo]:
         return self.store.dead(topic, limit)
+
+    def jobs(
+        self, topic: str, state: str, *, after: str | None = None, limit: int = 100
+    ) -> JobPage:
+        """One page of ``topic``'s jobs in ``state`` ("delayed", "ready", "leased" or "dead"):
+        delayed by due time, ready in list order, leased by deadline, dead by time of death.
+        Pass the page's ``next_after`` as ``after`` for the next one; None means it was the last."""
+        return self.store.jobs(topic, state, after=after, limit=limit)
 
     def requeue_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
         """Gives dead jobs a fresh start (attempts reset, due now): one job, every dead job of a

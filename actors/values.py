@@ -125,3 +125,16 @@ class Durability:
     def __post_init__(self) -> None:
         validation.count(self.replicas, "replicas", 100)
         validation.count(self.timeout_ms, "timeout_ms", 60_000)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a topic's jobs in one state (``DelayQueue.jobs``, ``Store.jobs``).
+
+    ``next_after`` is the cursor to pass as ``after`` for the next page, or None when this page
+    is the last. A page may hold fewer jobs than asked for while more follow: the cursor, not
+    the page's length, says when to stop.
+    """
+
+    jobs: tuple[JobInfo, ...]
+    next_after: str | None

@@ -39,6 +39,7 @@ def every_call() -> list[calls.ScriptCall]:
         calls.requeue(KEYS, AT, ["t|a"]),
         calls.purge(KEYS, AT, ["t|a"]),
         calls.inspect(KEYS, AT, "t|a"),
+        calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, (5, "t|a")),
     ]
 
 
@@ -81,6 +82,20 @@ def test_parsers_type_the_replies() -> None:
     assert info is not None and info.state == State.DELAYED and info.body == {"x": 1}
     (lease,) = calls.leases("t", [b"t|a", b"tok", 77, blob])
     assert (lease.id, lease.token, lease.deadline_ms, lease.attempt) == ("a", "tok", 77, 1)
+
+
+def test_list_page_reads_the_states_structure_and_parses_positions() -> None:
+    delayed = calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, None)
+    assert delayed.keys[0] == KEYS.delayed and delayed.args[4:] == ["t", "zset", 10, 100, "", ""]
+    ready = calls.list_page(KEYS, AT, "t", State.READY, 10, 100, (None, "t|a"))
+    assert ready.keys[0] == KEYS.ready("t") and ready.args[4:] == ["t", "list", 10, 100, "", "t|a"]
+    blob = codec.pack(b"1", 9, 1, None, None, None)
+    page = calls.listed("t", State.LEASED, [0, b"77", b"u|z", b"t|a", b"77", blob, b"tok"])
+    ((position, info),) = page.jobs
+    assert position == (77, "t|a") and (info.token, info.lease_deadline_ms) == ("tok", 77)
+    assert (page.complete, page.reached) == (False, (77, "u|z"))
+    gone = calls.listed("t", State.READY, [1, b"", b"", b"t|a", b"", b"", b""])
+    assert (gone.jobs, gone.complete, gone.reached) == ([], True, None)
 
 
 def test_the_calls_module_imports_no_redis() -> None:

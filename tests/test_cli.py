@@ -94,7 +94,7 @@ def make_dead(store: Store, topic: str, job_id: str) -> None:
 
 # -- help and usage ---------------------------------------------------------------------------
 
-SUBCOMMANDS = ["demo", "worker", "add", "cancel", "get", "stats", "dead"]
+SUBCOMMANDS = ["demo", "worker", "add", "cancel", "get", "stats", "jobs", "dead"]
 SUBCOMMANDS += ["history", "replay", "verify"]
 
 
@@ -374,6 +374,66 @@ def test_a_sharded_namespace_is_read_across_its_shards(
     assert run_sharded("verify")["ok"] is True
     assert run_sharded("cancel", "t", "7")["result"] == "removed"
     assert run_sharded("verify")["live_jobs"] == 11
+
+
+def test_jobs_pages_through_a_sharded_topic_with_the_printed_cursor(
+    redis_client: redis.Redis, redis_server: RedisProcess
+) -> None:
+    ensure_shards(redis_client, "paged", 3)
+    sharded = Store(redis_client, "paged", SystemClock(), shards=3)
+    ids = [f"j{n:02}" for n in range(11)]
+    sharded.add_many(
+        [
+            sharded.new_job("t", i, {"i": i}, delay_ms=60_000 + 1_000 * (n % 4))
+            for n, i in enumerate(ids)
+        ]
+        + [sharded.new_job("u", i, None, delay_ms=1_000) for i in ids]
+    )
+    assert len({shard_of("t", i, 3) for i in ids}) == 3
+
+    def paged(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        result = run("jobs", *args, "--redis", redis_server.url, "--namespace", "paged")
+        assert result.returncode == code, result.stderr
+        return result
+
+    seen: list[tuple[int, str]] = []
+    after: list[str] = []
+    for _ in range(10):
+        page = json.loads(paged("t", "--state", "delayed", "--limit", "4", "--json", *after).stdout)
+        assert (page["topic"], page["state"]) == ("t", "delayed") and len(page["jobs"]) <= 4
+        seen += [(job["due_ms"], job["id"]) for job in page["jobs"]]
+        if page["next_after"] is None:
+            break
+        after = ["--after", page["next_after"]]
+    assert seen == sorted(seen) and sorted(i for _, i in seen) == ids
+
+    human = paged("t", "--state", "delayed", "--limit", "4").stdout
+    assert human.splitlines()[0].split() == ["id", "attempt", "due", "when"]
+    rows = human.split("\n\n")[0].splitlines()[2:]
+    assert len(rows) == 4 and rows[0].split()[0] == "j00"
+    assert all(" in " in row for row in rows)  # due times are in the future
+    suggested = shlex.split(human.rsplit("next page: ", 1)[1])
+    assert suggested[:2] == ["redelay", "jobs"] and "--after" in suggested
+    second = run(*suggested[1:])
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[0].split()[0] == "id" and "j00" not in second.stdout
+    assert "no ready jobs in topic t" in paged("t", "--state", "ready").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--state", "asleep"], "argument --state: invalid choice: 'asleep'"),
+        (["--state", "dead", "--limit", "0"], "limit: is 0"),
+        (["--state", "dead", "--limit", "1001"], "limit: is 1001"),
+        (["--state", "dead", "--after", "nonsense"], "after: is not a cursor"),
+        ([], "the following arguments are required: --state"),
+    ],
+)
+def test_jobs_refuses_bad_input_naming_the_field(cli: Cli, args: list[str], message: str) -> None:
+    result = cli("jobs", "t", *args, "--json")
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["message"].startswith(message)
 
 
 # -- where the queue is -----------------------------------------------------------------------

@@ -68,6 +68,28 @@ def test_the_snapshot_names_a_job_in_two_structures_on_any_shard(
     client.close()
 
 
+def test_pages_of_jobs_are_read_from_every_master(clean_cluster: LocalCluster) -> None:  # noqa: F811
+    client = clean_cluster.client()
+    clock = FakeClock()
+    store = sharded(client, clock)
+    ids = [f"j{n:02}" for n in range(SHARDS * 5)]
+    store.add_many(
+        [store.new_job(TOPIC, i, delay_ms=1_000 * (1 + n % 3)) for n, i in enumerate(ids)]
+    )
+    for state in ("delayed", "ready"):
+        seen: list[str] = []
+        page = store.jobs(TOPIC, state, limit=7)
+        seen += [info.id for info in page.jobs]
+        while page.next_after is not None:
+            page = store.jobs(TOPIC, state, after=page.next_after, limit=7)
+            seen += [info.id for info in page.jobs]
+        assert sorted(seen) == ids and len(seen) == len(ids), state
+        if state == "delayed":  # now make them all ready
+            clock.advance(5_000)
+            assert store.carry()[0] == len(ids)
+    client.close()
+
+
 def test_a_migrating_slot_refuses_scripts_before_writing_anything(
     fresh_cluster: LocalCluster,  # noqa: F811
 ) -> None:

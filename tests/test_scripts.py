@@ -34,6 +34,7 @@ TRANSITIONS = {
     "requeue",
     "purge",
     "inspect",
+    "list",
 }
 
 

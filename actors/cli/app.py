@@ -22,6 +22,7 @@ from actors import __version__
 from actors.cli import audit as _cli_audit
 from actors.cli import dead as _cli_dead
 from actors.cli import jobs as _cli_jobs
+from actors.cli import listing as _cli_listing
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, ValidationError
@@ -171,6 +172,7 @@ def build_parser(json_output: bool = False) -> Parser:
     p.set_defaults(run=_run_worker)
 
     _cli_jobs.add_parsers(sub, common)
+    _cli_listing.add_parsers(sub, common)
     _cli_dead.add_parsers(sub, common)
     _cli_audit.add_parsers(sub, common)
     return parser

@@ -175,6 +175,28 @@ def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     )
 
 
+def list_page(
+    keys: ShardKeys,
+    at: CallTime,
+    topic: str,
+    state: State,
+    limit: int,
+    scan: int,
+    after: tuple[int | None, str] | None,
+) -> ScriptCall:
+    """One shard's jobs of ``topic`` in ``state`` after the position ``after``: (score, member)
+    in the delayed, leased and dead ZSETs (no score in a ready list), None from the start."""
+    k = keys
+    where = {State.DELAYED: k.delayed, State.LEASED: k.leased, State.DEAD: k.dead}.get(state)
+    score, last = ("", "") if after is None else ("" if after[0] is None else after[0], after[1])
+    kind = "list" if where is None else "zset"
+    return ScriptCall(
+        "list",
+        [k.ready(topic) if where is None else where, k.jobs, k.tokens],
+        [*at.common(k), topic, kind, limit, scan, score, last],
+    )
+
+
 def _flat(rows: Sequence[tuple[Any, ...]]) -> list[Any]:
     return [value for row in rows for value in row]
 
@@ -258,6 +280,45 @@ def inspected(topic: str, job_id: str, reply: Any) -> JobInfo | None:
         None if int(deadline) < 0 else int(deadline),
         None if int(dead_since) < 0 else int(dead_since),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPage:
+    """One shard's reply to ``list_page``: (position, job) pairs in the shard's order, whether
+    nothing follows, and the position of the last entry the script examined."""
+
+    jobs: list[tuple[tuple[int, str], JobInfo]]
+    complete: bool
+    reached: tuple[int, str] | None
+
+
+def listed(topic: str, state: State, reply: Any) -> ShardPage:
+    """list: the jobs with their positions; a list's jobs get position (due_ms, member)."""
+    complete, reached_score, reached_member, *rest = reply
+    found: list[tuple[tuple[int, str], JobInfo]] = []
+    for j in range(0, len(rest), 4):
+        raw_name, raw_score, blob, raw_token = rest[j : j + 4]
+        name, token = decoded(raw_name), decoded(raw_token)
+        if not blob:  # a member without its record (see docs/redis-layout.md): nothing to show
+            continue
+        record = codec.unpack(blob)
+        score = int(decoded(raw_score) or record["d"])
+        if state == State.DELAYED:
+            record["d"] = score  # carry acts on the score
+        info = job_info(
+            topic,
+            split_member(name)[1],
+            state,
+            record,
+            token or None,
+            score if state == State.LEASED else None,
+            score if state == State.DEAD else None,
+        )
+        found.append(((score, name), info))
+    reached = None
+    if decoded(reached_member):
+        reached = (int(decoded(reached_score) or 0), decoded(reached_member))
+    return ShardPage(found, bool(int(complete)), reached)
 
 
 def job_info(

@@ -15,6 +15,8 @@ script call per shard (actors/storage/calls.py), sends them in one round trip pe
 - ``carry`` and ``expire`` call every shard; ``limit`` bounds each shard's call.
 - ``lease`` reads every shard's ready-list length, then leases from the non-empty shards in
   turn, starting one shard further on each call, so no shard starves.
+- ``jobs`` (one page of a topic's jobs in one state) calls every shard and merges their pages
+  in order (storage/listing.py).
 - reads merge: ``stats`` sums, ``snapshot`` unions (jobs and problems), ``earliest_*`` take the
   minimum, and ``iter_audit`` merges the shards' streams in time order (see reads.py).
 
@@ -46,7 +48,8 @@ from actors.errors import (
     PartialAddError,
     ValidationError,
 )
-from actors.storage import calls, reads
+from actors.lifecycle import State
+from actors.storage import calls, listing, reads
 from actors.storage import codec as _record
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
 from actors.storage.keys import ShardKeys, member, shard_of
@@ -61,6 +64,7 @@ from actors.values import (
     AuditRetention,
     Durability,
     JobInfo,
+    JobPage,
     Lease,
     NewJob,
     Snapshot,
@@ -560,6 +564,42 @@ class Store:
                     break
         found.sort(key=lambda info: info.dead_since_ms or 0)
         return found[:limit]
+
+    @_cluster_errors
+    def jobs(
+        self, topic: str, state: State | str, *, after: str | None = None, limit: int = 100
+    ) -> JobPage:
+        """One page of ``topic``'s jobs in ``state``: delayed by due time, ready in list order,
+        leased by deadline, dead by time of death. One script call per shard, in one round trip
+        per node; ``after`` is the previous page's ``next_after`` (see storage/listing.py)."""
+        validation.topic(topic)
+        listed = listing.listed_state(state)
+        validation.count(limit, "limit", c.LIST_LIMIT_MAX)
+        # Where each shard resumes: one position for every shard's ZSET, or per shard in the
+        # ready lists (see storage/listing.py).
+        positions: dict[int, str] = {}
+        starts: dict[int, tuple[int | None, str] | None]
+        if listed == State.READY:
+            positions = listing.ready_after(after, topic, self.shard_count)
+            starts = {
+                s: (None, positions[s]) if s in positions else None for s in range(self.shard_count)
+            }
+        else:
+            position = listing.zset_after(after, topic, listed)
+            starts = dict.fromkeys(range(self.shard_count), position)
+        at = self._now()
+        replies = self._run(
+            {
+                s: calls.list_page(
+                    self.shard_keys[s], at, topic, listed, limit, c.LIST_SCAN_ENTRIES, start
+                )
+                for s, start in starts.items()
+            }
+        )
+        pages = {s: calls.listed(topic, listed, reply) for s, reply in replies.items()}
+        if listed == State.READY:
+            return listing.ready_page(topic, pages, positions, limit)
+        return listing.zset_page(topic, listed, list(pages.values()), limit)
 
     @_cluster_errors
     def earliest_due_ms(self) -> int | None:

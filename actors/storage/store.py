@@ -206,6 +206,8 @@ class Store:
 
     def _group(self, items: Sequence[tuple[Any, ...]]) -> dict[int, list[int]]:
         """Indexes of ``items`` (tuples starting with topic, id) per shard, in input order."""
+        if len(self.shard_keys) == 1:  # the common case: no hashing on the hot path
+            return {0: list(range(len(items)))}
         groups: dict[int, list[int]] = defaultdict(list)
         for n, item in enumerate(items):
             groups[self._shard_of(str(item[0]), str(item[1]))].append(n)

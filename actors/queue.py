@@ -101,6 +101,25 @@ def _schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple
     return validation.schedule_ms([s * 1000 for s in seconds], field, unit="s")
 
 
+def checked_handler(
+    topic: str,
+    *,
+    concurrency: int,
+    timeout: float | timedelta,
+    retry: Sequence[float | timedelta] | None,
+    lease: float | timedelta | None,
+) -> Callable[[Any], HandlerSpec]:
+    """Checks :meth:`DelayQueue.handler`'s options (errors name the field, in seconds) and
+    returns what makes a handler function its HandlerSpec. Shared with actors.testing, so a
+    test double registers handlers exactly as the queue does."""
+    validation.topic(topic)
+    validation.count(concurrency, "concurrency", 10_000)
+    timeout_ms = _lease_ms(timeout, "timeout")
+    retry_ms = _schedule_ms(retry, "retry")
+    lease_ms = None if lease is None else _lease_ms(lease, "lease")
+    return lambda fn: HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms)
+
+
 class DelayQueue:
     def __init__(
         self,
@@ -334,18 +353,15 @@ class DelayQueue:
         topic's stored defaults when the queue starts."""
         validation.topic(topic)
         self._refuse_second_handler(topic)
-        validation.count(concurrency, "concurrency", 10_000)
-        timeout_ms = _lease_ms(timeout, "timeout")
-        retry_ms = _schedule_ms(retry, "retry")
-        lease_ms = None if lease is None else _lease_ms(lease, "lease")
+        spec_for = checked_handler(
+            topic, concurrency=concurrency, timeout=timeout, retry=retry, lease=lease
+        )
 
         def register(fn: HandlerFn) -> HandlerFn:
             if self._system is not None:
                 raise ConfigError("register handlers before start()")
             self._refuse_second_handler(topic)  # two decorators made before either was applied
-            self._handlers[topic] = HandlerSpec(
-                topic, fn, concurrency, timeout_ms, retry_ms, lease_ms
-            )
+            self._handlers[topic] = spec_for(fn)
             return fn
 
         return register

@@ -25,8 +25,7 @@ import pykka
 from pykka.messages import ProxyCall
 
 from actors import _constants as c
-from actors import _validation as validation
-from actors.queue import DelayQueue, _schedule_ms, _seconds
+from actors.queue import DelayQueue, checked_handler
 from actors.runtime.messages import Stats
 from actors.runtime.system import ActorSystem, HandlerSpec
 from actors.values import TopicConfig
@@ -183,14 +182,12 @@ class HandlerRecorder:
         retry: Sequence[float | timedelta] | None = None,
         lease: float | timedelta | None = None,
     ) -> Callable[[F], F]:
-        validation.topic(topic)
-        validation.count(concurrency, "concurrency", 10_000)
-        timeout_ms = validation.lease_ms(_seconds(timeout, "timeout") * 1000, "timeout")
-        retry_ms = _schedule_ms(retry, "retry")
-        lease_ms = None if lease is None else validation.lease_ms(_seconds(lease, "lease") * 1000)
+        spec_for = checked_handler(
+            topic, concurrency=concurrency, timeout=timeout, retry=retry, lease=lease
+        )
 
         def register(fn: F) -> F:
-            self.specs.append(HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms))
+            self.specs.append(spec_for(fn))
             return fn
 
         return register

@@ -181,6 +181,11 @@ class DelayQueue:
     def namespace(self) -> str:
         return self.store.namespace
 
+    @property
+    def handled_topics(self) -> list[str]:
+        """The topics this queue has a handler for, in registration order."""
+        return list(self._handlers)
+
     # -- producing ------------------------------------------------------------------------
 
     def _new_job(

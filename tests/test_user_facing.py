@@ -285,3 +285,15 @@ def test_mypy_flags_a_handler_that_does_not_take_a_job(tmp_path: Path) -> None:
     }, result.stdout
     # The decorator keeps the function's own type (an async handler stays a coroutine function).
     assert any("Coroutine[Any, Any, None]" in line for line in lines if "note:" in line), lines
+
+
+def test_handled_topics_lists_each_registered_topic_once(queue: DelayQueue) -> None:
+    assert queue.handled_topics == []
+
+    @queue.handler("orders.close")
+    def close(job: Job) -> None: ...
+
+    @queue.handler("refunds.check")
+    async def check(job: Job) -> None: ...
+
+    assert queue.handled_topics == ["orders.close", "refunds.check"]

@@ -50,7 +50,7 @@ def load_queue(target: str) -> DelayQueue:
     if not isinstance(obj, DelayQueue):
         raise usage_error(f"worker: {target} is a {type(obj).__name__}, not a DelayQueue")
     # A worker without handlers would run, carry jobs to ready, and never handle one.
-    if not obj._handlers:  # the CLI is part of the package: it may read the queue's registry
+    if not obj.handled_topics:
         obj.close()
         raise usage_error(
             f'worker: {target} has no handlers; register one with @queue.handler("TOPIC") '

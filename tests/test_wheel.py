@@ -78,3 +78,11 @@ def test_the_installed_wheel_finds_its_scripts_and_runs_a_job(
     assert Path(printed.strip()).is_relative_to(env)
     help_text = run([str(env / "bin" / "redelay"), "--help"], tmp_path)
     assert "redelay" in help_text
+    # Issue 11 point 14: --help named docs/cli.md, which a wheel does not carry; it must name a
+    # file the installed package has.
+    (reference,) = (
+        line.split(": ", 1)[1] for line in help_text.splitlines() if "reference" in line
+    )
+    assert Path(reference).is_relative_to(env) and Path(reference).is_file(), reference
+    version = run([str(env / "bin" / "redelay"), "--version"], tmp_path)
+    assert "0.1.0" in version

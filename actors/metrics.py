@@ -16,8 +16,10 @@ Two kinds of numbers, told apart in docs/operations.md ("Monitoring"):
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -27,17 +29,15 @@ from actors.lifecycle import LIVE_STATES_IN_ORDER
 from actors.runtime.recorder import JOB_EVENTS, OUTCOMES, TopicRecorder
 
 try:
-    from prometheus_client import (
-        CollectorRegistry,
-        Counter,
-        Gauge,
-        Histogram,
-        generate_latest,
-        start_http_server,
-    )
+    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
     from prometheus_client import make_asgi_app as _make_asgi_app
     from prometheus_client import make_wsgi_app as _make_wsgi_app
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
 except ModuleNotFoundError as exc:  # pragma: no cover - the message is the point
     raise ModuleNotFoundError(
         "actors.metrics needs prometheus-client: pip install 'redelay[metrics]'", name=exc.name
@@ -56,72 +56,94 @@ DURATION_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 STATES = tuple(state.value for state in LIVE_STATES_IN_ORDER)
 
 
-class _ProcessMetrics:
-    """The metrics this process's pools record, registered on one registry."""
+class _Histogram:
+    """Bucket counts in plain ints: prometheus-client's Histogram takes two locks per
+    observation, which the pool's hot path cannot afford; this costs one bisect and two adds.
+    Only its pool's thread writes it; a scrape reads a copy."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        # Not "redelay_jobs_total": OpenMetrics names a counter family without its _total, and
-        # that family would clash with the redelay_jobs gauge in the same exposition.
-        self.events = Counter(
-            "redelay_job_events",
-            "Job transitions this process made, by the audit event they wrote.",
-            ["topic", "event"],
-            registry=registry,
-        )
-        self.lateness = Histogram(
-            "redelay_lateness_seconds",
-            "How long after its due time a job's handler started.",
-            ["topic"],
-            buckets=LATENESS_BUCKETS_S,
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "redelay_handler_duration_seconds",
-            "How long handlers ran, by outcome (ok, error, timeout).",
-            ["topic", "outcome"],
-            buckets=DURATION_BUCKETS_S,
-            registry=registry,
-        )
-        self.busy = Gauge(
-            "redelay_handlers_busy",
-            "Handlers running now in this process (timed-out threads included).",
-            ["topic"],
-            registry=registry,
-        )
+    __slots__ = ("bounds_ms", "counts", "les", "sum_ms")
+
+    def __init__(self, bounds_s: tuple[float, ...]) -> None:
+        self.bounds_ms = [bound * 1000 for bound in bounds_s]
+        self.les = [repr(float(bound)) for bound in bounds_s] + ["+Inf"]  # as Prometheus writes
+        self.counts = [0] * (len(bounds_s) + 1)  # the last one: above every bound (+Inf)
+        self.sum_ms = 0
+
+    def observe(self, ms: int) -> None:
+        ms = max(0, ms)
+        self.counts[bisect_left(self.bounds_ms, ms)] += 1  # bucket "le" bound: ms <= bound
+        self.sum_ms += ms
+
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        counts, sum_ms = list(self.counts), self.sum_ms
+        cumulative = list(accumulate(counts))
+        family.add_metric(labels, list(zip(self.les, cumulative, strict=True)), sum_ms / 1000)
 
 
 class _TopicMetrics:
-    """One topic's children, bound once, so a job costs no label lookup."""
+    """One topic's numbers in this process. Called on its pool's thread only (the hot path): no
+    locks and no label lookups; the scrape turns them into metric families."""
 
-    def __init__(self, metrics: _ProcessMetrics, topic: str) -> None:
-        self._events = {event: metrics.events.labels(topic, event) for event in JOB_EVENTS}
-        self._lateness = metrics.lateness.labels(topic)
-        self._durations = {o: metrics.duration.labels(topic, o) for o in OUTCOMES}
-        self._busy = metrics.busy.labels(topic)
+    def __init__(self) -> None:
+        self.events = dict.fromkeys(JOB_EVENTS, 0)
+        self.lateness = _Histogram(LATENESS_BUCKETS_S)
+        self.durations = {outcome: _Histogram(DURATION_BUCKETS_S) for outcome in OUTCOMES}
+        self.handlers_busy = 0
 
     def jobs(self, event: str, count: int) -> None:
-        if count:
-            self._events[event].inc(count)
+        self.events[event] += count
 
     def started(self, lateness_ms: int) -> None:
-        self._lateness.observe(max(0, lateness_ms) / 1000)
+        self.lateness.observe(lateness_ms)
 
     def finished(self, outcome: str, duration_ms: int) -> None:
-        self._durations[outcome].observe(max(0, duration_ms) / 1000)
+        self.durations[outcome].observe(duration_ms)
 
     def busy(self, handlers: int) -> None:
-        self._busy.set(handlers)
+        self.handlers_busy = handlers
 
 
 class PrometheusRecorder:
-    """The recorder :func:`registry` installs in a queue (the runtime's ``Recorder``)."""
+    """The recorder :func:`registry` installs in a queue (the runtime's ``Recorder``), and the
+    collector that exposes what it recorded."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._metrics = _ProcessMetrics(registry)
+        # One per topic for the process's life: a pool the watchdog rebuilds keeps counting on.
+        self._topics: dict[str, _TopicMetrics] = {}
 
     def topic(self, topic: str) -> TopicRecorder:
-        return _TopicMetrics(self._metrics, topic)
+        return self._topics.setdefault(topic, _TopicMetrics())
+
+    def collect(self) -> Iterable[Metric]:
+        events = CounterMetricFamily(
+            "redelay_job_events",
+            "Job transitions this process made, by the audit event they wrote.",
+            labels=["topic", "event"],
+        )
+        lateness = HistogramMetricFamily(
+            "redelay_lateness_seconds",
+            "How long after its due time a job's handler started.",
+            labels=["topic"],
+        )
+        durations = HistogramMetricFamily(
+            "redelay_handler_duration_seconds",
+            "How long handlers ran, by outcome (ok, error, timeout).",
+            labels=["topic", "outcome"],
+        )
+        busy = GaugeMetricFamily(
+            "redelay_handlers_busy",
+            "Handlers running now in this process (timed-out threads included).",
+            labels=["topic"],
+        )
+        for topic, metrics in sorted(self._topics.items()):
+            for event, count in metrics.events.items():
+                events.add_metric([topic, event], count)
+            metrics.lateness.add_to(lateness, [topic])
+            for outcome, histogram in metrics.durations.items():
+                histogram.add_to(durations, [topic, outcome])
+            busy.add_metric([topic], metrics.handlers_busy)
+        yield from (events, lateness, durations, busy)
 
 
 class RedisCollector:
@@ -180,8 +202,10 @@ def registry(queue: DelayQueue) -> CollectorRegistry:
     if queue.running:
         raise ConfigError("call actors.metrics.registry(queue) before queue.start()")
     made = CollectorRegistry()
+    recorder = PrometheusRecorder(made)
+    made.register(recorder)
     made.register(RedisCollector(queue.stats, queue.health))
-    queue._recorder = PrometheusRecorder(made)
+    queue._recorder = recorder
     return made
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
@@ -26,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors import DelayQueue
 from actors.clock import SystemClock
 from actors.errors import ConfigError
-from actors.metrics import exposition, redis_registry, registry, serve
+from actors.metrics import PrometheusRecorder, exposition, redis_registry, registry, serve
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
 
@@ -330,3 +331,27 @@ def test_a_queue_without_metrics_never_imports_prometheus_client() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_the_recorder_buckets_as_prometheus_does_and_outlives_a_pool() -> None:
+    made = CollectorRegistry()
+    recorder = PrometheusRecorder(made)
+    made.register(recorder)
+    pool = recorder.topic("t")
+    for lateness_ms in (5, 6, -3, 10_000_000):  # on a bound, above it, early (as 0), past 1 h
+        pool.started(lateness_ms)
+    pool.jobs("acked", 2)
+    recorder.topic("t").jobs("acked", 1)  # a rebuilt pool counts on
+    pool.finished("timeout", 1_500)
+    samples = parse(exposition(made))
+    bucket = "redelay_lateness_seconds_bucket"
+    assert value(samples, bucket, topic="t", le="0.005") == 2
+    assert value(samples, bucket, topic="t", le="0.01") == 3
+    assert value(samples, bucket, topic="t", le="3600.0") == 3
+    assert value(samples, bucket, topic="t", le="+Inf") == 4
+    assert value(samples, "redelay_lateness_seconds_count", topic="t") == 4
+    assert value(samples, "redelay_lateness_seconds_sum", topic="t") == pytest.approx(10_000.011)
+    assert value(samples, "redelay_job_events_total", topic="t", event="acked") == 3
+    duration = "redelay_handler_duration_seconds_bucket"
+    assert value(samples, duration, topic="t", outcome="timeout", le="1.0") == 0
+    assert value(samples, duration, topic="t", outcome="timeout", le="2.5") == 1

@@ -1,7 +1,7 @@
 """Prometheus metrics for a queue: what this process's pools do, and the jobs Redis holds.
 
-Needs the ``metrics`` extra (``pip install 'redelay[metrics]'``, i.e. prometheus-client). A
-queue records nothing until :func:`registry` gives it a recorder, so a process that never asks
+Needs prometheus-client: the ``metrics`` extra (``pip install '.[metrics]'`` in a checkout).
+A queue records nothing until :func:`registry` gives it a recorder, so a process that never asks
 for metrics pays a no-op call per job and nothing more.
 
 Two kinds of numbers, told apart in docs/operations.md ("Monitoring"):
@@ -40,7 +40,8 @@ try:
     )
 except ModuleNotFoundError as exc:  # pragma: no cover - the message is the point
     raise ModuleNotFoundError(
-        "actors.metrics needs prometheus-client: pip install 'redelay[metrics]'", name=exc.name
+        "actors.metrics needs prometheus-client (the metrics extra): pip install prometheus-client",
+        name=exc.name,
     ) from exc
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 from actors.cli.context import Context
 from actors.cli.output import print_json, usage_error
 
-INSTALL_HINT = "needs prometheus-client: pip install 'redelay[metrics]'"
+INSTALL_HINT = "needs prometheus-client (the metrics extra): pip install prometheus-client"
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

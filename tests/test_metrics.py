@@ -4,6 +4,7 @@ the test made happen and to ``stats``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from wsgiref.util import setup_testing_defaults
 
 import pytest
 import redis
@@ -27,7 +29,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors import DelayQueue
 from actors.clock import SystemClock
 from actors.errors import ConfigError
-from actors.metrics import PrometheusRecorder, exposition, redis_registry, registry, serve
+from actors.metrics import (
+    PrometheusRecorder,
+    exposition,
+    make_asgi_app,
+    make_wsgi_app,
+    redis_registry,
+    registry,
+    serve,
+)
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
 
@@ -355,3 +365,32 @@ def test_the_recorder_buckets_as_prometheus_does_and_outlives_a_pool() -> None:
     duration = "redelay_handler_duration_seconds_bucket"
     assert value(samples, duration, topic="t", outcome="timeout", le="1.0") == 0
     assert value(samples, duration, topic="t", outcome="timeout", le="2.5") == 1
+
+
+def test_the_wsgi_and_asgi_apps_serve_the_queue_registry(redis_server: RedisProcess) -> None:
+    queue = DelayQueue(redis_server.url, NS, producer_only=True)
+    try:
+        queue.add("mounted", "1", delay=60)
+        environ: dict[str, Any] = {}
+        setup_testing_defaults(environ)
+        statuses: list[str] = []
+        body = b"".join(make_wsgi_app(queue)(environ, lambda status, _: statuses.append(status)))
+        assert statuses == ["200 OK"]
+        assert value(parse(body.decode()), "redelay_jobs", topic="mounted", state="delayed") == 1
+
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/metrics"}
+        scope |= {"headers": [], "query_string": b""}
+        asyncio.run(make_asgi_app(queue)(scope, receive, send))
+        assert sent[0]["status"] == 200
+        text = b"".join(m.get("body", b"") for m in sent[1:]).decode()
+        assert value(parse(text), "redelay_jobs", topic="mounted", state="delayed") == 1
+    finally:
+        queue.close()

@@ -29,6 +29,7 @@ from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, ValidationError
 from actors.job import Job
 from actors.replay import history as replay_history
+from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.storage.store import open_store
 from actors.storage.topology import RedisClient, connect
@@ -171,6 +172,7 @@ class DelayQueue:
             sweep_interval_ms=round(sweep_interval_s * 1000),
         )
         self._handlers: dict[str, HandlerSpec] = {}
+        self._recorder: Recorder = NO_RECORDER  # actors.metrics.registry(queue) sets its own
         self._system: ActorSystem | None = None
         self._stopped = threading.Event()
         self._stopped.set()
@@ -395,6 +397,7 @@ class DelayQueue:
             self.clock,
             list(self._handlers.values()),
             self.settings,
+            self._recorder,
         )
         self._stopped.clear()
         try:

@@ -5,8 +5,11 @@ first handler call to the moment the namespace holds no ready or leased job (eve
 and the CPU time spent meanwhile per job, by this process (the worker's threads) and by Redis:
 on a busy machine the rate varies from run to run, the CPU per job much less.
 A quick check for changes to the wake and fetch paths; the full benchmark is simulations/bench.
+``--metrics both`` alternates runs without and with Prometheus metrics (actors.metrics), to
+measure what recording costs.
 
     python -m simulations.delivery_speed --jobs 20000 --concurrency 10 100
+    python -m simulations.delivery_speed --concurrency 100 --metrics both --repeat 5
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def _redis_cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def measure(url: str, namespace: str, jobs: int, concurrency: int, timeout_s: float) -> Run:
+def measure(
+    url: str, namespace: str, jobs: int, concurrency: int, timeout_s: float, metrics: bool = False
+) -> Run:
     """Jobs per second and CPU per job, first handler call to last ack."""
     admin = redis.Redis.from_url(url)
     producer = DelayQueue(url, namespace, producer_only=True)
@@ -58,6 +63,10 @@ def measure(url: str, namespace: str, jobs: int, concurrency: int, timeout_s: fl
                 if not first_call:
                     first_call.append((time.perf_counter(), time.process_time(), -1.0))
 
+    if metrics:
+        from actors.metrics import registry  # the metrics extra
+
+        registry(worker)
     redis_before = _redis_cpu_s(admin)  # the worker's start is not much next to 20k jobs
     worker.start()
     deadline = time.monotonic() + timeout_s
@@ -88,21 +97,34 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--metrics",
+        choices=("off", "on", "both"),
+        default="off",
+        help="record Prometheus metrics; both: alternate runs without and with (default off)",
+    )
     args = parser.parse_args()
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.metrics]
     with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
         for concurrency in args.concurrency:
-            runs = [
-                measure(server.url, f"speed{concurrency}x{n}", args.jobs, concurrency, args.timeout)
-                for n in range(args.repeat)
-            ]
-            rates = ", ".join(f"{r.jobs_per_s:,.0f}" for r in runs)
-            worker_us = statistics.median(r.worker_cpu_us_per_job for r in runs)
-            redis_us = statistics.median(r.redis_cpu_us_per_job for r in runs)
-            print(
-                f"concurrency {concurrency}: {max(r.jobs_per_s for r in runs):,.0f} jobs/s best "
-                f"of ({rates}); CPU per job (median): worker {worker_us:.0f} us, "
-                f"Redis {redis_us:.0f} us"
-            )
+            runs: dict[bool, list[Run]] = {mode: [] for mode in modes}
+            for n in range(args.repeat):
+                for mode in modes:  # alternated, so a change in the machine's load hits both
+                    namespace = f"speed{concurrency}x{n}{'m' if mode else ''}"
+                    runs[mode].append(
+                        measure(server.url, namespace, args.jobs, concurrency, args.timeout, mode)
+                    )
+            for mode, done in runs.items():
+                rates = ", ".join(f"{r.jobs_per_s:,.0f}" for r in done)
+                worker_us = statistics.median(r.worker_cpu_us_per_job for r in done)
+                redis_us = statistics.median(r.redis_cpu_us_per_job for r in done)
+                median_rate = statistics.median(r.jobs_per_s for r in done)
+                label = f" metrics {'on' if mode else 'off'}" if args.metrics == "both" else ""
+                print(
+                    f"concurrency {concurrency}{label}: {max(r.jobs_per_s for r in done):,.0f} "
+                    f"jobs/s best of ({rates}); median {median_rate:,.0f}; "
+                    f"CPU per job (median): worker {worker_us:.0f} us, Redis {redis_us:.0f} us"
+                )
 
 
 if __name__ == "__main__":

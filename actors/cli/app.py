@@ -23,6 +23,7 @@ from actors.cli import audit as _cli_audit
 from actors.cli import dead as _cli_dead
 from actors.cli import jobs as _cli_jobs
 from actors.cli import listing as _cli_listing
+from actors.cli import metrics as _cli_metrics
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, ValidationError
@@ -169,12 +170,26 @@ def build_parser(json_output: bool = False) -> Parser:
         default="INFO",
         help=f"logging level: {', '.join(LOG_LEVELS)} (default INFO)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (the metrics extra; 0: any "
+        "free port)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port binds (default 127.0.0.1)",
+    )
     p.set_defaults(run=_run_worker)
 
     _cli_jobs.add_parsers(sub, common)
     _cli_listing.add_parsers(sub, common)
     _cli_dead.add_parsers(sub, common)
     _cli_audit.add_parsers(sub, common)
+    _cli_metrics.add_parsers(sub, common)
     return parser
 
 

@@ -12,11 +12,15 @@ import sys
 import threading
 import traceback
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.cli.context import Context
+from actors.cli.metrics import INSTALL_HINT
 from actors.cli.output import Exit, print_json_line, usage_error
 from actors.queue import DelayQueue
+
+if TYPE_CHECKING:
+    from actors.metrics import MetricsServer
 
 log = logging.getLogger("redelay.worker")
 
@@ -82,16 +86,22 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     queue = load_queue(args.target)
+    metrics = None if args.metrics_port is None else serve_metrics(queue, args)
     queue.start()
     log.info("worker started (pid %d, %s); stop with SIGTERM or Ctrl-C", os.getpid(), args.target)
     # With --json the worker prints a stream of events, one compact document per line; the last
     # one says how it ended (with the error fields when it failed), so nothing follows it.
     if ctx.json:
-        print_json_line({"event": "started", "pid": os.getpid(), "target": args.target})
+        started: dict[str, Any] = {"event": "started", "pid": os.getpid(), "target": args.target}
+        if metrics is not None:
+            started["metrics"] = metrics.url
+        print_json_line(started)
     stop_requested.wait()
     name = signal.Signals(received[0]).name
     log.info("%s: stopping, running handlers get %.1fs", name, args.grace)
     report = queue.stop(grace=args.grace)
+    if metrics is not None:
+        metrics.close()
     log.info("stopped: %s", report)
     stopped: dict[str, Any] = {"event": "stopped", "signal": name, "report": _jsonable(report)}
     code = Exit.OK
@@ -106,6 +116,26 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         print_json_line(stopped)
     return code
+
+
+def serve_metrics(queue: DelayQueue, args: argparse.Namespace) -> MetricsServer:
+    """Starts the --metrics-port endpoint before the queue, so a bad port starts no actor."""
+    if not 0 <= args.metrics_port <= 65535:
+        queue.close()
+        raise usage_error(f"worker: --metrics-port must be 0 to 65535, not {args.metrics_port}")
+    try:
+        from actors.metrics import serve
+    except ModuleNotFoundError:
+        queue.close()
+        raise usage_error(f"worker: --metrics-port {INSTALL_HINT}") from None
+    try:
+        server = serve(queue, args.metrics_port, args.metrics_host)
+    except OSError as exc:  # the port is taken, the host is not this machine's, ...
+        queue.close()
+        where = f"{args.metrics_host}:{args.metrics_port}"
+        raise usage_error(f"worker: cannot serve metrics on {where}: {exc}") from None
+    log.info("metrics at %s", server.url)
+    return server
 
 
 def _jsonable(value: Any) -> Any:

@@ -41,6 +41,7 @@ from actors.runtime.messages import (
     SlotsFreed,
     Stats,
 )
+from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.storage.store import Store
 from actors.values import Lease
 
@@ -70,6 +71,7 @@ class ConsumerPool(RedelayActor):
         lease_ms: int = c.DEFAULT_LEASE_MS,
         supervisor: pykka.ActorRef[Any] | None = None,
         check_interval_ms: int = 100,
+        recorder: Recorder = NO_RECORDER,
     ) -> None:
         super().__init__(f"pool:{topic}", clock, supervisor)
         self.store = store
@@ -102,6 +104,7 @@ class ConsumerPool(RedelayActor):
         }
         self.threads: WorkerThreads | None = None
         self.loop: EventLoopThread | None = None
+        self.metrics = recorder.topic(topic)
 
     def started(self) -> None:
         if self.is_async:
@@ -122,6 +125,7 @@ class ConsumerPool(RedelayActor):
         super().on_failure(*args)
 
     def _close_workers(self) -> None:
+        self.metrics.busy(0)
         if self.threads is not None:
             self.threads.shutdown()
         if self.loop is not None:
@@ -161,6 +165,9 @@ class ConsumerPool(RedelayActor):
                 assert self.threads is not None
                 running.task = self.threads.submit(partial(self._call_sync, lease))
             self.counts["started"] += 1
+            self.metrics.started(now - lease.due_ms)
+        self.metrics.jobs("leased", len(leases))
+        self.metrics.busy(len(self.running))
         if self.drain_future is not None:
             self._release_not_started()
         self._ensure_check()
@@ -194,7 +201,10 @@ class ConsumerPool(RedelayActor):
             return
         del self.running[message.key]
         self.slots_to_free += 1
+        self.metrics.busy(len(self.running))
         if not running.timed_out:
+            outcome = "ok" if message.ok else "error"
+            self.metrics.finished(outcome, self.clock.now_ms() - running.started_ms)
             topic, job_id = message.key
             if message.ok:
                 self.acks.append((topic, job_id, message.token, message.detail))
@@ -220,7 +230,9 @@ class ConsumerPool(RedelayActor):
                 batch = self.acks[: c.BATCH_MAX_JOBS]
                 codes = self.store.ack_many(batch)
                 self.counts["flushes"] += 1
-                self.counts["acked"] += codes.count(ErrorCode.OK)
+                acked = codes.count(ErrorCode.OK)
+                self.counts["acked"] += acked
+                self.metrics.jobs("acked", acked)
                 self._count_lost(codes)
                 del self.acks[: len(batch)]
             while self.fails:
@@ -228,7 +240,7 @@ class ConsumerPool(RedelayActor):
                 results = self.store.fail_many(fails)
                 self.counts["flushes"] += 1
                 self.counts["failed"] += len(fails)
-                self._count_lost(results)
+                self._count_failed(results)
                 del self.fails[: len(fails)]
         except redis.RedisError as exc:
             wait_ms = self.backoff.next_ms()
@@ -245,11 +257,22 @@ class ConsumerPool(RedelayActor):
                 self.listener.tell(SlotsFreed(self.slots_to_free))
             self.slots_to_free = 0
 
-    def _count_lost(self, results: list[Any]) -> None:
+    def _count_lost(self, results: list[Any]) -> int:
         lost = sum(1 for r in results if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED))
         if lost:
             self.counts["lost_leases"] += lost
+            self.metrics.jobs("rejected", lost)
             log.warning("pool %s: %d results refused, their leases were lost", self.topic, lost)
+        return lost
+
+    def _count_failed(self, results: list[str | ErrorCode]) -> None:
+        # Each accepted failure is one of: retried ("failed"), dead, or ended by its cancel.
+        lost = self._count_lost(results)
+        dead = results.count("dead")
+        cancelled = results.count("cancelled")
+        self.metrics.jobs("dead", dead)
+        self.metrics.jobs("cancelled", cancelled)
+        self.metrics.jobs("failed", len(results) - dead - cancelled - lost)
 
     # -- timeouts and lease extension -------------------------------------------------------
 
@@ -267,6 +290,7 @@ class ConsumerPool(RedelayActor):
             if now - running.started_ms >= self.timeout_ms:
                 running.timed_out = True
                 self.counts["timeouts"] += 1
+                self.metrics.finished("timeout", now - running.started_ms)
                 reason = f"timeout after {self.timeout_ms / 1000:g}s"
                 self.fails.append((key[0], key[1], running.lease.token, reason, None))
                 if running.future is not None:
@@ -294,8 +318,10 @@ class ConsumerPool(RedelayActor):
                 if deadline > 0:
                     running.lease = replace(running.lease, deadline_ms=deadline)
                     self.counts["extended"] += 1
+                    self.metrics.jobs("extended", 1)
                 else:
                     self.counts["lost_leases"] += 1
+                    self.metrics.jobs("rejected", 1)
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -310,12 +336,14 @@ class ConsumerPool(RedelayActor):
             return
         for running in withdrawn:
             del self.running[running.lease.key]
+        self.metrics.busy(len(self.running))
         # Each release goes to the front of the ready list, so the last one given ends up
         # first: give them back newest first to keep the order they were leased in.
         releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in reversed(withdrawn)]
         try:
             self.store.release_many(releases)
             self.counts["released"] += len(releases)
+            self.metrics.jobs("released", len(releases))
         except redis.RedisError as exc:
             log.warning("pool %s: release failed (%s); leases will expire", self.topic, exc)
 

@@ -23,6 +23,7 @@ from actors.runtime.listener import TopicListener
 from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Supervise
 from actors.runtime.notifier import ShardNotifier, notifier_for
 from actors.runtime.pool import ConsumerPool
+from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
 from actors.runtime.sweeper import RetrySweeper
 from actors.runtime.watchdog import Watchdog
@@ -68,8 +69,10 @@ class ActorSystem:
         clock: Clock,
         handlers: list[HandlerSpec],
         settings: SystemSettings,
+        recorder: Recorder = NO_RECORDER,
     ) -> None:
         self.store = store
+        self.recorder = recorder  # the pools' metrics (actors.metrics), or nothing
         self.clock = clock
         self.handlers = handlers
         self.settings = settings
@@ -127,6 +130,7 @@ class ActorSystem:
                 lease_ms=topic_config.lease_ms,
                 supervisor=supervisor,
                 check_interval_ms=s.check_interval_ms,
+                recorder=self.recorder,
             )
             listener = TopicListener.start(
                 self.store,

@@ -44,6 +44,7 @@ BATCH_MAX_JOBS: Final = 10_000  # most jobs one add/ack/fail/extend/release call
 CARRY_LIMIT_MAX: Final = 10_000
 LEASE_LIMIT_MAX: Final = 10_000
 REASON_MAX_CHARS: Final = 500
+TRACEBACK_MAX_BYTES: Final = 4096  # the end of a failure's traceback, kept with the attempt
 
 # Defaults per topic, each overridable per job.
 # The stepped schedule used for notifications: 15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h.

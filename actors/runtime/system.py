@@ -18,6 +18,7 @@ import pykka
 from actors import _constants as c
 from actors.clock import Clock
 from actors.runtime._actor import ask
+from actors.runtime._hooks import FailureHooks
 from actors.runtime.carrier import Carrier
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Supervise
@@ -68,11 +69,13 @@ class ActorSystem:
         clock: Clock,
         handlers: list[HandlerSpec],
         settings: SystemSettings,
+        hooks: FailureHooks | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.handlers = handlers
         self.settings = settings
+        self.hooks = hooks
         self.watchdog: pykka.ActorRef[Any] | None = None
         self.coordinator: pykka.ActorRef[Any] | None = None
         # The process's one wake path: one pub/sub connection for every shard's wake and ready
@@ -127,6 +130,7 @@ class ActorSystem:
                 lease_ms=topic_config.lease_ms,
                 supervisor=supervisor,
                 check_interval_ms=s.check_interval_ms,
+                hooks=self.hooks,
             )
             listener = TopicListener.start(
                 self.store,

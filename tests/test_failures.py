@@ -9,7 +9,7 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pykka
@@ -275,3 +275,47 @@ def test_health_reports_slots_held_by_timed_out_handlers(queue: DelayQueue) -> N
     finally:
         gate.set()
     wait_for(lambda: queue.health()["topic:slow"]["timed_out_slots"] == 0, "the slot freed")
+
+
+# -- a Redis outage -------------------------------------------------------------------------------
+
+
+def test_an_outage_logs_one_line_when_lost_and_one_when_back(
+    redis_factory: Callable[..., RedisProcess], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="actors")
+    server = redis_factory()
+    handled = threading.Semaphore(0)
+    queue = DelayQueue(server.url, namespace=NAMESPACE, sweep_interval_s=0.1)
+    queue.handler("t")(lambda job: handled.release())
+    queue.start()
+    try:
+        queue.add("t", "before", {})
+        assert handled.acquire(timeout=10)
+        wait_for(lambda: queue.get("t", "before") is None, "its ack")  # none pending at the kill
+        start = len(caplog.records)
+
+        def loud() -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records[start:]
+                if r.levelno >= logging.WARNING and r.name.startswith("actors")
+            ]
+
+        def retries() -> int:
+            return sum("still unreachable" in r.getMessage() for r in caplog.records[start:])
+
+        server.kill()
+        wait_for(lambda: retries() >= 5, "the actors retrying")
+        server.start()
+        wait_for(lambda: any("reconnected" in line for line in loud()), "the reconnect line")
+        queue.add("t", "after", {})
+        assert handled.acquire(timeout=10)
+
+        lost, back = loud()
+        assert lost.startswith("lost Redis (") and "retries are logged at DEBUG" in lost
+        assert back.startswith("reconnected to Redis after ") and " s (" in back
+        seconds = float(back.removeprefix("reconnected to Redis after ").split(" s", 1)[0])
+        assert 0 < seconds < 60
+    finally:
+        queue.stop(grace=1)

@@ -34,7 +34,7 @@ from actors import _constants as c
 from actors.clock import Clock
 from actors.errors import ErrorCode
 from actors.runtime._actor import RedelayActor
-from actors.runtime._backoff import Backoff
+from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime._handlers import Handler, Outcome, call_async, call_sync
 from actors.runtime._hooks import FailureHooks, call_hooks
 from actors.runtime._workers import EventLoopThread, Task, WorkerThreads
@@ -120,7 +120,8 @@ class ConsumerPool(RedelayActor):
         self.check_pending = False
         self.drain_future: pykka.Future[int] | None = None
         self.drained = False
-        self.backoff = Backoff()
+        self.outage = outage_of(store.client)
+        self.backoff = Backoff(outage=self.outage, name=f"pool {topic}")
         self.counts = {
             "started": 0,
             "acked": 0,
@@ -291,12 +292,11 @@ class ConsumerPool(RedelayActor):
                 for failure, result in zip(fails, results, strict=True):
                     self._failed(failure, result)
         except redis.RedisError as exc:
-            wait_ms = self.backoff.next_ms()
-            log.warning("pool %s: flush failed (%s); retrying in %d ms", self.topic, exc, wait_ms)
+            wait_ms = self.backoff.redis_failed(exc, "flush")
             self.flush_pending = True
             self.tell_later(wait_ms, Flush())
             return
-        self.backoff.reset()
+        self.backoff.redis_ok()
         self._maybe_idle()
 
     def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
@@ -406,7 +406,7 @@ class ConsumerPool(RedelayActor):
             try:
                 deadlines = self.store.extend_many(batch)
             except redis.RedisError as exc:
-                log.warning("pool %s: extend failed (%s); next check retries", self.topic, exc)
+                self.outage.failed(f"pool {self.topic} extend", exc, self.check_interval_ms)
                 return
             for (topic, job_id, _, _), deadline in zip(batch, deadlines, strict=True):
                 running = self.running.get((topic, job_id))

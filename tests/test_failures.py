@@ -240,6 +240,16 @@ def test_a_timeout_is_logged_and_slots_held_by_it_are_reported_until_it_returns(
     assert held == [f"2 of 4 slots of topic t held by timed-out handlers since {_iso(fake_clock)}"]
     assert stats(pool)["timed_out_running"] == 2
     assert stats(pool)["timed_out_since_ms"] == fake_clock.now_ms()
+    # The attempt keeps where the hung handler was: its stack names what it waits for.
+    wait_for(lambda: stats(pool)["failed"] == 2, "both timeouts stored")
+    info = store.get("t", "j0")
+    assert info is not None and info.traceback is not None
+    assert info.traceback.startswith("Stack of the handler when it timed out")
+    assert "in <lambda>" in info.traceback and "gate.wait()" in info.traceback
+    assert info.traceback.endswith("TimeoutError: the handler ran over its timeout of 0.5s\n")
+    assert events(store, "j0")[-1]["tb"] == info.traceback
+    (failed_line,) = lines("j0 attempt 1 failed (timeout after 0.5s); retried (delayed)")
+    assert "gate.wait()" in failed_line
 
     advance(1_900)
     assert len(lines("held by timed-out handlers")) == 1  # every stuck_report_ms, not each check

@@ -21,6 +21,8 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import sys
+import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -311,15 +313,20 @@ class ConsumerPool(RedelayActor):
             then = "its cancel had been requested, so it is removed"
         else:
             then = f"retried ({result})"
+        error = failure.error
+        raised = error is not None and error.__traceback__ is not None and failure.traceback
+        # A timeout raised nothing: its traceback is the hung handler's stack, logged as text.
+        stack = "" if raised or not failure.traceback else "\n" + failure.traceback.rstrip()
         log.log(
             logging.ERROR if dead else logging.WARNING,
-            "pool %s: job %s attempt %d failed (%s); %s",
+            "pool %s: job %s attempt %d failed (%s); %s%s",
             self.topic,
             lease.id,
             lease.attempt,
             failure.reason,
             then,
-            exc_info=failure.error if failure.traceback else None,
+            stack,
+            exc_info=error if raised else None,
         )
         if self.hook_thread is not None and self.hooks is not None:
             hooks = self.hooks.chosen(dead)
@@ -356,10 +363,11 @@ class ConsumerPool(RedelayActor):
                 running.timed_out_ms = now
                 self.counts["timeouts"] += 1
                 reason = f"timeout after {self.timeout_ms / 1000:g}s"
+                stack = self._stack_of(running)
                 error = TimeoutError(
                     f"the handler ran over its timeout of {_seconds(self.timeout_ms)}"
                 )
-                self.fails.append(_Failure(running.lease, reason, None, error, ""))
+                self.fails.append(_Failure(running.lease, reason, None, error, stack))
                 log.warning(
                     "pool %s: job %s attempt %d: the handler ran over its timeout of %s; %s",
                     self.topic,
@@ -380,6 +388,20 @@ class ConsumerPool(RedelayActor):
             self._request_flush()
         self._report_stuck(now)
         self._ensure_check()
+
+    def _stack_of(self, running: _Running) -> str:
+        """Where a sync handler is when it times out, as a traceback to keep with the attempt:
+        a hung handler's stack names what it waits for."""
+        thread_id = None if running.task is None else running.task.thread_id
+        frame = None if thread_id is None else sys._current_frames().get(thread_id)
+        if frame is None:
+            return ""
+        stack = "".join(traceback.format_stack(frame))
+        overran = f"the handler ran over its timeout of {_seconds(self.timeout_ms)}"
+        return (
+            "Stack of the handler when it timed out (most recent call last):\n"
+            f"{stack}TimeoutError: {overran}\n"
+        )
 
     def _report_stuck(self, now: int) -> None:
         """While handlers that timed out still hold slots, says so every stuck_report_ms: the

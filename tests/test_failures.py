@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pykka
@@ -329,3 +331,41 @@ def test_an_outage_logs_one_line_when_lost_and_one_when_back(
         assert 0 < seconds < 60
     finally:
         queue.stop(grace=1)
+
+
+WORKER_MODULE = """
+from actors import DelayQueue
+
+queue = DelayQueue({url!r}, {ns!r})
+
+@queue.handler("orders", retry=[0.01])
+def handle(job):
+    prices = {{}}
+    prices[job.body["sku"]] += 1
+"""
+
+
+def test_the_worker_command_shows_the_failure_on_stderr(
+    redis_server: RedisProcess, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    (tmp_path / "shop.py").write_text(WORKER_MODULE.format(url=redis_server.url, ns=NAMESPACE))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "worker", "shop:queue"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        store = Store(redis_client, NAMESPACE, SystemClock())
+        store.add(store.new_job("orders", "o-9", {"sku": "lamp"}))
+        wait_for(lambda: getattr(store.get("orders", "o-9"), "state", None) == "dead", "dead")
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    assert "WARNING actors.pool: pool orders: job o-9 attempt 1 failed (KeyError: 'lamp')" in err
+    dead = err.split("ERROR actors.pool: pool orders: job o-9 attempt 2 failed", 1)[1]
+    assert dead.startswith(" (KeyError: 'lamp'); the job is dead\nTraceback")
+    assert 'shop.py", line 9, in handle' in dead

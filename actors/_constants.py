@@ -48,6 +48,7 @@ LIST_LIMIT_MAX: Final = 1_000  # most jobs one page of Store.jobs holds
 # topic, so a rare topic's page may end short (with a cursor) rather than block the server.
 LIST_SCAN_ENTRIES: Final = 10_000
 REASON_MAX_CHARS: Final = 500
+TRACEBACK_MAX_BYTES: Final = 4096  # the end of a failure's traceback, kept with the attempt
 
 # Defaults per topic, each overridable per job.
 # The stepped schedule used for notifications: 15s, 3m, 10m, 30m, 30m, 1h, 2h, 6h, 15h.

@@ -277,6 +277,15 @@ def callback_url(value: object, field: str = "callback") -> str:
     return value
 
 
+def traceback_tail(value: str) -> str:
+    """The last TRACEBACK_MAX_BYTES of a traceback (its end names the error), as whole
+    characters."""
+    data = value.encode()
+    if len(data) <= c.TRACEBACK_MAX_BYTES:
+        return value
+    return data[-c.TRACEBACK_MAX_BYTES :].decode(errors="ignore")
+
+
 def reason(value: str) -> str:
     """Failure reasons are free text, cut (not refused) so a huge traceback cannot bloat the log."""
     return value[: c.REASON_MAX_CHARS]

@@ -7,6 +7,7 @@ install_signal_handlers() was called) shuts down gracefully.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
+import pykka
 import redis
 from redis.cluster import RedisCluster
 
@@ -29,6 +31,8 @@ from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, ValidationError
 from actors.job import Job
 from actors.replay import history as replay_history
+from actors.runtime._hooks import FailureHooks
+from actors.runtime.messages import Stats
 from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.storage.store import open_store
@@ -40,6 +44,8 @@ log = logging.getLogger("actors.queue")
 # A handler takes the Job (sync or async; what it returns is kept with the ack when it is a
 # str). Bound this way, mypy flags a decorated function that cannot take a Job.
 HandlerFn = TypeVar("HandlerFn", bound=Callable[[Job], object])
+# A failure hook takes the Job and the exception that failed its attempt.
+HookFn = TypeVar("HookFn", bound=Callable[[Job, BaseException], object])
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +179,7 @@ class DelayQueue:
         )
         self._handlers: dict[str, HandlerSpec] = {}
         self._recorder: Recorder = NO_RECORDER  # actors.metrics.registry(queue) sets its own
+        self._hooks = FailureHooks()
         self._system: ActorSystem | None = None
         self._stopped = threading.Event()
         self._stopped.set()
@@ -373,6 +380,20 @@ class DelayQueue:
 
         return register
 
+    def on_failure(self, fn: HookFn) -> HookFn:
+        """Registers ``fn(job, exc)``, called after every failed attempt of this process's
+        handlers once the failure is stored (``exc``: what the handler raised, a ``Retry``, or a
+        ``TimeoutError`` for a timeout). Usable as a decorator, before or after start(). Hooks run
+        on a thread of their own per topic; one that raises is logged and ignored."""
+        self._hooks.add_on_failure(fn)
+        return fn
+
+    def on_dead(self, fn: HookFn) -> HookFn:
+        """Registers ``fn(job, exc)``, called when a failed attempt made its job dead (after the
+        on_failure hooks). As :meth:`on_failure` otherwise."""
+        self._hooks.add_on_dead(fn)
+        return fn
+
     def _refuse_second_handler(self, topic: str) -> None:
         existing = self._handlers.get(topic)
         if existing is not None:
@@ -398,6 +419,7 @@ class DelayQueue:
             list(self._handlers.values()),
             self.settings,
             self._recorder,
+            hooks=self._hooks,
         )
         self._stopped.clear()
         try:
@@ -459,8 +481,24 @@ class DelayQueue:
 
     def health(self) -> dict[str, Any]:
         """Per supervised unit ("watchdog", "carrier", "sweeper", "topic:<name>"): alive,
-        restarts, last error, when it was last restarted. Empty when not started."""
-        return {} if self._system is None else self._system.health()
+        restarts, last error, when it was last restarted; a topic also ``timed_out_slots``
+        (slots held by handlers that ran over their timeout) and ``timed_out_since_ms`` (when the
+        oldest of them did, or None). Empty when not started."""
+        if self._system is None:
+            return {}
+        report = self._system.health()
+        for name, ref in self._system.refs().items():
+            if not name.startswith("pool:"):
+                continue
+            unit = report.get(f"topic:{name.removeprefix('pool:')}")
+            if unit is None:
+                continue
+            stats: dict[str, Any] = {}
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):  # alive tells
+                stats = ref.ask(Stats(), block=True, timeout=5)
+            unit["timed_out_slots"] = stats.get("timed_out_running")
+            unit["timed_out_since_ms"] = stats.get("timed_out_since_ms")
+        return report
 
     def actor_stats(self) -> dict[str, Any]:
         return {} if self._system is None else self._system.stats()

@@ -86,6 +86,7 @@ class JobInfo:
     cancel_requested: bool = False
     callback: str | None = None
     retry_ms: tuple[int, ...] | None = None
+    traceback: str | None = None  # the end of the last failed attempt's traceback, if it had one
 
     @property
     def body(self) -> Any:

@@ -1,12 +1,15 @@
 -- Ends one failed attempt of a leased job (a handler failure or an expired lease).
 -- `k` names the keys: jobs, delayed, leased, tokens, dead, topics, counts, audit.
--- `override_ms` < 0 means "use the schedule".
+-- `override_ms` < 0 means "use the schedule". `trace` is the failure's traceback ("" for none): the
+-- record keeps the last one (`t`, dropped when an attempt fails without one) and the failed or dead
+-- event carries it (`tb`, only when not empty).
 -- Attempt n (1-based) that fails is retried schedule[n] ms later; past the end of the schedule the
 -- job is dead. A job whose cancel was requested while it was leased is removed instead.
 -- Returns the job's new state: 'delayed', 'ready', 'dead' or 'cancelled'.
 -- @include _lib.lua
 -- @include _place.lua
-local function end_failed_attempt(k, member, record, event, reason, override_ms, wake_channel)
+local function end_failed_attempt(k, member, record, event, reason, override_ms, wake_channel,
+                                  trace)
   local attempt = attempts_failed(record) + 1
   local topic = split_member(member)
   rcall('ZREM', k.leased, member)
@@ -19,11 +22,18 @@ local function end_failed_attempt(k, member, record, event, reason, override_ms,
   end
   local schedule = record['r'] or topic_config(k.topics, topic)['r'] or {}
   record['a'] = attempt
+  local trace_field = {}
+  if trace ~= '' then
+    record['t'] = trace
+    trace_field = {'tb', trace}
+  else
+    record['t'] = nil
+  end
   if attempt > #schedule then
     save_record(k.jobs, member, record)
     rcall('ZADD', k.dead, now_ms, member)
     count(k.counts, member, 'dead', 1)
-    audit(k.audit, 'dead', member, attempt, {'why', reason, 'via', event})
+    audit(k.audit, 'dead', member, attempt, {'why', reason, 'via', event, unpack(trace_field)})
     return 'dead'
   end
   local delay_ms = tonumber(schedule[attempt])
@@ -32,6 +42,7 @@ local function end_failed_attempt(k, member, record, event, reason, override_ms,
   record['d'] = due_ms
   save_record(k.jobs, member, record)
   local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
-  audit(k.audit, event, member, attempt, {'due', due_ms, 'why', reason, 'to', state})
+  audit(k.audit, event, member, attempt, {'due', due_ms, 'why', reason, 'to', state,
+                                          unpack(trace_field)})
   return state
 end

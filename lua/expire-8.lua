@@ -21,7 +21,7 @@ local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms, 'LIMIT', 0, lim
 for _, member in ipairs(members) do
   local record = load_record(k.jobs, member)
   if record then
-    end_failed_attempt(k, member, record, 'expired', 'lease-expired', -1, wake_channel)
+    end_failed_attempt(k, member, record, 'expired', 'lease-expired', -1, wake_channel, '')
   else
     -- Only a bug or a hand edit deletes a leased job's record. Failing here would leave this lease
     -- first in line for every later call, so no lease would ever expire again; drop it instead.

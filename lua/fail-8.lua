@@ -2,10 +2,11 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
 -- KEYS[7] counts  KEYS[8] audit
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
--- ARGV[7..] n groups of 4: member, token, reason, retry_after_ms (-1: follow the schedule)
+-- ARGV[7..] n groups of 5: member, token, reason, retry_after_ms (-1: follow the schedule),
+--   traceback ("" for none; kept in the record's `t` and the event's `tb`)
 -- Returns: per job, its new state ('delayed', 'ready', 'dead', 'cancelled') or an error code
 -- -3 STALE_TOKEN, -4 NOT_LEASED.
--- Events: failed {due, why, to} or dead {why, via=failed} or cancelled {why, from=leased};
+-- Events: failed {due, why, to, tb?} or dead {why, via=failed, tb?} or cancelled {why, from=leased};
 -- rejected {op=fail}. Touches ready lists <prefix>ready:<topic> (same hash tag).
 -- Publishes: on <prefix>wake (ARGV[5]; "" for none), a retry's due time when it is earlier than
 -- every delayed job; on <prefix>ready, a topic whose ready list was empty (a retry due at once).
@@ -18,14 +19,15 @@ local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 local result = {}
 for j = 0, n - 1 do
-  local base = 7 + j * 4
+  local base = 7 + j * 5
   local member, token, reason = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   local override_ms = tonumber(ARGV[base + 3])
+  local trace = ARGV[base + 4]
   local code = check_token(k, member, token, 'fail')
   if code == 0 then
     local record = load_record(k.jobs, member)
     result[#result + 1] = end_failed_attempt(k, member, record, 'failed', reason, override_ms,
-                                             wake_channel)
+                                             wake_channel, trace)
   else
     result[#result + 1] = code
   end

@@ -32,7 +32,7 @@ def every_call() -> list[calls.ScriptCall]:
         calls.expire(KEYS, AT, 10),
         calls.lease(KEYS, AT, "t", 3, "w"),
         calls.ack(KEYS, AT, [("t|a", "tok", "")]),
-        calls.fail(KEYS, AT, [("t|a", "tok", "no", -1)]),
+        calls.fail(KEYS, AT, [("t|a", "tok", "no", -1, "")]),
         calls.extend(KEYS, AT, [("t|a", "tok", 100)]),
         calls.release(KEYS, AT, [("t|a", "tok")]),
         calls.cancel(KEYS, AT, "t|a"),
@@ -56,8 +56,8 @@ def test_every_script_has_a_builder_giving_it_as_many_keys_as_it_declares() -> N
 def test_builders_flatten_per_job_rows_after_the_common_arguments() -> None:
     call = calls.ack(KEYS, AT, [("t|a", "tok1", ""), ("t|b", "tok2", "200")])
     assert call.args == [*COMMON, 2, "t|a", "tok1", "", "t|b", "tok2", "200"]
-    call = calls.fail(KEYS, AT, [("t|a", "tok", "boom", -1)])
-    assert call.args == [*COMMON, KEYS.wake_channel, 1, "t|a", "tok", "boom", -1]
+    call = calls.fail(KEYS, AT, [("t|a", "tok", "boom", -1, "Traceback")])
+    assert call.args == [*COMMON, KEYS.wake_channel, 1, "t|a", "tok", "boom", -1, "Traceback"]
     job = NewJob("t", "a", b'{"x":1}', 7_000, (5,), None, None)
     add = calls.add(KEYS, AT, [job], {"t": b"cfg"}, replace=False)
     assert add.args[4:8] == [KEYS.wake_channel, 1, "t|a", 7_000]

@@ -17,6 +17,7 @@ from actors.cli.output import (
     event_details,
     event_json,
     format_time_ms,
+    indented_traceback,
     iso_ms,
     parse_time_ms,
     print_json,
@@ -132,6 +133,10 @@ def run_history(ctx: Context, args: argparse.Namespace) -> int:
         rows.append([format_time_ms(ms), since, fields["e"], fields["a"], event_details(fields)])
     print(f"{args.topic}/{args.id}: {len(events)} events")
     print(table(["time", "since first", "event", "attempt", "details"], rows))
+    for _, fields in events:
+        if fields.get("tb"):
+            print(f"\ntraceback of attempt {fields['a']} ({fields['e']}):")
+            print(indented_traceback(fields["tb"]))
     info = store.get(args.topic, args.id)
     print(f"\nnow: {info.state if info is not None else 'gone (' + events[-1][1]['e'] + ')'}")
     return Exit.OK

@@ -13,6 +13,7 @@ from actors.cli.output import (
     format_relative_ms,
     format_time_ms,
     job_json,
+    last_error,
     print_json,
     table,
     usage_error,
@@ -87,9 +88,10 @@ def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
             info.attempts_failed,
             format_time_ms(info.dead_since_ms or 0),
             format_relative_ms(info.dead_since_ms or 0, now_ms),
+            last_error(info.traceback)[:80],
         ]
         for info in infos
     ]
-    print(table(["topic", "id", "attempts", "died", "ago"], rows))
+    print(table(["topic", "id", "attempts", "died", "ago", "error"], rows))
     print(f"\nwhy it died: {ctx.suggest('history', infos[0].topic, infos[0].id)}")
     return Exit.OK

@@ -238,7 +238,19 @@ def job_json(info: JobInfo) -> dict[str, Any]:
         "lease_deadline_ms": info.lease_deadline_ms,
         "dead_since_ms": info.dead_since_ms,
         "cancel_requested": info.cancel_requested,
+        "traceback": info.traceback,
     }
+
+
+def last_error(traceback: str | None) -> str:
+    """The line of a traceback that names the exception (its last), for one-line views."""
+    lines = [line for line in (traceback or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "-"
+
+
+def indented_traceback(traceback: str) -> str:
+    """A stored traceback under the line that introduces it."""
+    return "\n".join("    " + line for line in traceback.rstrip().splitlines())
 
 
 class Progress:
@@ -319,6 +331,10 @@ def describe_job(info: JobInfo, now_ms: int) -> list[tuple[str, str]]:
         since = info.dead_since_ms
         rows.append(
             ("dead since", f"{format_time_ms(since)} ({format_relative_ms(since, now_ms)})")
+        )
+    if info.traceback:
+        rows.append(
+            ("traceback", "of the last failed attempt\n" + indented_traceback(info.traceback))
         )
     return rows
 

@@ -6,7 +6,9 @@ thread, so a slow or broken handler cannot hold up any actor.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from actors import _constants as c
@@ -14,7 +16,15 @@ from actors.job import Job, Retry
 from actors.values import Lease
 
 Handler = Callable[[Job], Any]
-Outcome = tuple[bool, str, int | None]  # ok, detail (ack) or reason (failure), retry_after_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    ok: bool
+    detail: str  # the ack's detail, or the failure's reason
+    retry_after_ms: int | None = None
+    error: BaseException | None = None  # what the handler raised (a failure only)
+    traceback: str = ""  # its formatted traceback; "" for Retry, which is a choice, not a bug
 
 
 def call_sync(handler: Handler, lease: Lease) -> Outcome:
@@ -23,10 +33,10 @@ def call_sync(handler: Handler, lease: Lease) -> Outcome:
     try:
         result = handler(Job.from_lease(lease))  # a body that is not JSON fails this attempt
     except Retry as retry:
-        return False, retry.reason, retry.after_ms
+        return Outcome(False, retry.reason, retry.after_ms, retry)
     except BaseException as exc:
-        return False, describe(exc), None
-    return True, result if isinstance(result, str) else "", None
+        return failure(exc)
+    return Outcome(True, result if isinstance(result, str) else "")
 
 
 async def call_async(handler: Handler, lease: Lease) -> Outcome:
@@ -34,10 +44,14 @@ async def call_async(handler: Handler, lease: Lease) -> Outcome:
     try:
         result = await handler(Job.from_lease(lease))
     except Retry as retry:
-        return False, retry.reason, retry.after_ms
+        return Outcome(False, retry.reason, retry.after_ms, retry)
     except Exception as exc:
-        return False, describe(exc), None
-    return True, result if isinstance(result, str) else "", None
+        return failure(exc)
+    return Outcome(True, result if isinstance(result, str) else "")
+
+
+def failure(exc: BaseException) -> Outcome:
+    return Outcome(False, describe(exc), None, exc, "".join(traceback.format_exception(exc)))
 
 
 def describe(exc: BaseException) -> str:

@@ -18,12 +18,13 @@ _NEW, _RUNNING, _WITHDRAWN = 0, 1, 2
 
 
 class Task:
-    __slots__ = ("_lock", "_state", "run")
+    __slots__ = ("_lock", "_state", "run", "thread_id")
 
     def __init__(self, run: Callable[[], None]) -> None:
         self.run = run
         self._state = _NEW
         self._lock = threading.Lock()
+        self.thread_id: int | None = None  # the thread running it, to show where a hung one is
 
     def begin(self) -> bool:
         with self._lock:
@@ -67,6 +68,7 @@ class WorkerThreads:
             if task is None:
                 return
             if task.begin():
+                task.thread_id = threading.get_ident()
                 task.run()
 
 

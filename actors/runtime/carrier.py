@@ -18,7 +18,7 @@ import redis
 
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
-from actors.runtime._backoff import Backoff
+from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Carry, Stats, Wake
 from actors.runtime.notifier import ShardNotifier
 from actors.storage.store import Store
@@ -43,7 +43,7 @@ class Carrier(RedelayActor):
         super().__init__(name, clock, supervisor)
         self.store = store
         self.batch = batch
-        self.backoff = Backoff()
+        self.backoff = Backoff(outage=outage_of(store.client), name="carrier")
         self.timer: Timer | None = None
         self.timer_at_ms: int | None = None
         self.carried = 0
@@ -92,11 +92,10 @@ class Carrier(RedelayActor):
                 self.actor_ref.tell(Carry("more"))  # a big backlog: let other messages in
                 return
         except redis.RedisError as exc:
-            wait_ms = self.backoff.next_ms()
-            log.warning("carry failed (%s); retrying in %d ms", exc, wait_ms)
+            wait_ms = self.backoff.redis_failed(exc, "carry")
             self._sleep_until(self.clock.now_ms() + wait_ms, retry=True)
             return
-        self.backoff.reset()
+        self.backoff.redis_ok()
         self._sleep_until(next_due)
 
     def _wake(self, due_ms: int) -> None:

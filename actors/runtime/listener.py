@@ -24,7 +24,7 @@ import redis
 
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
-from actors.runtime._backoff import Backoff
+from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Fetch, ReadyNotice, Run, SlotsFreed, Stats, StopFetching
 from actors.runtime.notifier import ShardNotifier
 from actors.storage.store import Store
@@ -56,7 +56,7 @@ class TopicListener(RedelayActor):
         self.consumer = consumer
         self.look_interval_s = look_interval_s
         self.batch_max = batch_max
-        self.backoff = Backoff()
+        self.backoff = Backoff(outage=outage_of(store.client), name=f"listener {topic}")
         self.fetch_pending = False
         self.stopping = False
         self.leased = 0
@@ -118,12 +118,11 @@ class TopicListener(RedelayActor):
             )
             self.leases += 1
         except redis.RedisError as exc:
-            wait_ms = self.backoff.next_ms()
-            log.warning("listener %s: %s; retrying in %d ms", self.topic, exc, wait_ms)
+            wait_ms = self.backoff.redis_failed(exc, "lease")
             self.tell_later(wait_ms, Fetch())
             self.fetch_pending = True
             return
-        self.backoff.reset()
+        self.backoff.redis_ok()
         if not leases:
             self._await_notice(mark)
             return

@@ -81,6 +81,8 @@ class Finished:
     ok: bool
     detail: str = ""
     retry_after_ms: int | None = None
+    error: BaseException | None = None  # a failure's exception, for the log and the hooks
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)

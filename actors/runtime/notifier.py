@@ -32,7 +32,7 @@ from typing import Any
 
 import pykka
 
-from actors.runtime._backoff import Backoff
+from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Carry, ReadyNotice, Wake
 from actors.storage.store import Store
 
@@ -113,7 +113,7 @@ class ShardNotifier:
             self._thread.join(timeout=2)
 
     def _run(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(outage=outage_of(self.client), name="notifier")
         channels = sorted(self.wake_channels | self.ready_channels)
         while not self._stop.is_set():
             pubsub = self.client.pubsub()
@@ -127,7 +127,7 @@ class ShardNotifier:
                     while message is not None:
                         if message["type"] == "subscribe":
                             self._confirmed(len(channels))
-                            backoff.reset()
+                            backoff.redis_ok()
                         elif message["type"] == "message":
                             notices.append((message["channel"], message["data"]))
                         if len(notices) >= _BATCH_MAX:
@@ -137,8 +137,7 @@ class ShardNotifier:
                         self._dispatch(notices)
             except Exception as exc:  # e.g. the client closed under us: never end the thread
                 self._subscribed.set()  # do not hold up start(); the actors fall back to timers
-                wait_s = backoff.next_ms() / 1000
-                log.warning("shard channels lost (%s); resubscribing in %.2fs", exc, wait_s)
+                wait_s = backoff.redis_failed(exc, "subscribe") / 1000
                 self._stop.wait(wait_s)
             finally:
                 with contextlib.suppress(Exception):

@@ -7,7 +7,12 @@ consumer is handed their job, and tells the listener how many slots it freed.
 
 A sync handler that overruns its timeout is failed (the job is retried on its schedule) and
 counted in ``timeouts``. Python cannot kill a thread, so that thread keeps running and keeps its
-slot until the handler returns; its late result is ignored. An async handler is cancelled.
+slot until the handler returns; its late result is ignored. An async handler is cancelled. Both
+are logged when they overrun, and while timed-out handlers hold slots the pool says so every
+``stuck_report_ms``.
+
+Every failed attempt is logged once its fail is stored (WARNING, or ERROR when the job is dead,
+with the traceback) and handed to the queue's failure hooks on the pool's hook thread.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import sys
+import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -28,8 +36,9 @@ from actors import _constants as c
 from actors.clock import Clock
 from actors.errors import ErrorCode
 from actors.runtime._actor import RedelayActor
-from actors.runtime._backoff import Backoff
+from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime._handlers import Handler, Outcome, call_async, call_sync
+from actors.runtime._hooks import FailureHooks, call_hooks
 from actors.runtime._workers import EventLoopThread, Task, WorkerThreads
 from actors.runtime.messages import (
     CheckRunning,
@@ -55,7 +64,26 @@ class _Running:
     lease_ms: int  # how far each extension pushes the deadline
     task: Task | None = None
     future: Future[Any] | None = None
-    timed_out: bool = False
+    timed_out_ms: int | None = None  # when it overran its timeout
+
+    @property
+    def timed_out(self) -> bool:
+        return self.timed_out_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    lease: Lease
+    reason: str
+    retry_after_ms: int | None
+    error: BaseException | None
+    traceback: str
+
+    @property
+    def row(self) -> tuple[str, str, str, str, int | None]:
+        """What Store.fail_many takes."""
+        lease = self.lease
+        return (lease.topic, lease.id, lease.token, self.reason, self.retry_after_ms)
 
 
 class ConsumerPool(RedelayActor):
@@ -72,6 +100,8 @@ class ConsumerPool(RedelayActor):
         supervisor: pykka.ActorRef[Any] | None = None,
         check_interval_ms: int = 100,
         recorder: Recorder = NO_RECORDER,
+        hooks: FailureHooks | None = None,
+        stuck_report_ms: int = 60_000,
     ) -> None:
         super().__init__(f"pool:{topic}", clock, supervisor)
         self.store = store
@@ -82,16 +112,20 @@ class ConsumerPool(RedelayActor):
         self.timeout_ms = timeout_ms
         self.lease_ms = lease_ms  # the topic's lease, for jobs that set none of their own
         self.check_interval_ms = check_interval_ms
+        self.hooks = hooks
+        self.stuck_report_ms = stuck_report_ms
+        self.stuck_reported_ms: int | None = None
         self.listener: pykka.ActorRef[Any] | None = None
         self.running: dict[tuple[str, str], _Running] = {}
         self.acks: list[tuple[str, str, str, str]] = []
-        self.fails: list[tuple[str, str, str, str, int | None]] = []
+        self.fails: list[_Failure] = []
         self.slots_to_free = 0
         self.flush_pending = False
         self.check_pending = False
         self.drain_future: pykka.Future[int] | None = None
         self.drained = False
-        self.backoff = Backoff()
+        self.outage = outage_of(store.client)
+        self.backoff = Backoff(outage=self.outage, name=f"pool {topic}")
         self.counts = {
             "started": 0,
             "acked": 0,
@@ -105,8 +139,11 @@ class ConsumerPool(RedelayActor):
         self.threads: WorkerThreads | None = None
         self.loop: EventLoopThread | None = None
         self.metrics = recorder.topic(topic)
+        self.hook_thread: WorkerThreads | None = None
 
     def started(self) -> None:
+        if self.hooks is not None:
+            self.hook_thread = WorkerThreads(1, f"redelay-{self.topic}-hooks")
         if self.is_async:
             self.loop = EventLoopThread(f"redelay-{self.topic}-loop")
         else:
@@ -130,6 +167,8 @@ class ConsumerPool(RedelayActor):
             self.threads.shutdown()
         if self.loop is not None:
             self.loop.shutdown()
+        if self.hook_thread is not None:
+            self.hook_thread.shutdown()
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Run):
@@ -148,7 +187,13 @@ class ConsumerPool(RedelayActor):
         elif isinstance(message, Drain):
             self._drain(message.idle)
         elif isinstance(message, Stats):
-            return {**self.counts, "running": len(self.running)}
+            stuck = [r.timed_out_ms for r in self.running.values() if r.timed_out_ms is not None]
+            return {
+                **self.counts,
+                "running": len(self.running),
+                "timed_out_running": len(stuck),
+                "timed_out_since_ms": min(stuck, default=None),
+            }
         return None
 
     # -- starting handlers ------------------------------------------------------------------
@@ -182,16 +227,19 @@ class ConsumerPool(RedelayActor):
             outcome = await call_async(self.handler, lease)
         except asyncio.CancelledError:
             # Cancelled because it timed out: the report only frees its slot.
-            self._report(lease, (False, "cancelled", None))
+            self._report(lease, Outcome(False, "cancelled"))
             raise
         self._report(lease, outcome)
 
     def _report(self, lease: Lease, outcome: Outcome) -> None:
         # If the pool was stopped or restarted meanwhile, the job keeps its lease until it
         # expires and a sweeper recovers it.
-        ok, detail, retry_after_ms = outcome
+        o = outcome
+        finished = Finished(
+            lease.key, lease.token, o.ok, o.detail, o.retry_after_ms, o.error, o.traceback
+        )
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(Finished(lease.key, lease.token, ok, detail, retry_after_ms))
+            self.actor_ref.tell(finished)
 
     # -- results ----------------------------------------------------------------------------
 
@@ -202,7 +250,16 @@ class ConsumerPool(RedelayActor):
         del self.running[message.key]
         self.slots_to_free += 1
         self.metrics.busy(len(self.running))
-        if not running.timed_out:
+        if running.timed_out_ms is not None:
+            log.info(
+                "pool %s: job %s attempt %d: the handler that timed out returned %s late; "
+                "its slot is free again",
+                self.topic,
+                running.lease.id,
+                running.lease.attempt,
+                _seconds(self.clock.now_ms() - running.timed_out_ms),
+            )
+        else:
             outcome = "ok" if message.ok else "error"
             self.metrics.finished(outcome, self.clock.now_ms() - running.started_ms)
             topic, job_id = message.key
@@ -212,7 +269,11 @@ class ConsumerPool(RedelayActor):
                 after_ms = message.retry_after_ms
                 if after_ms is not None:  # Retry checks its delay; this keeps a batch sendable
                     after_ms = min(max(0, after_ms), c.DELAY_MAX_MS)
-                self.fails.append((topic, job_id, message.token, message.detail, after_ms))
+                self.fails.append(
+                    _Failure(
+                        running.lease, message.detail, after_ms, message.error, message.traceback
+                    )
+                )
         self._request_flush()
 
     def _request_flush(self) -> None:
@@ -237,19 +298,53 @@ class ConsumerPool(RedelayActor):
                 del self.acks[: len(batch)]
             while self.fails:
                 fails = self.fails[: c.BATCH_MAX_JOBS]
-                results = self.store.fail_many(fails)
+                results = self.store.fail_many([f.row for f in fails], [f.traceback for f in fails])
                 self.counts["flushes"] += 1
                 self.counts["failed"] += len(fails)
                 self._count_failed(results)
                 del self.fails[: len(fails)]
+                for failure, result in zip(fails, results, strict=True):
+                    self._failed(failure, result)
         except redis.RedisError as exc:
-            wait_ms = self.backoff.next_ms()
-            log.warning("pool %s: flush failed (%s); retrying in %d ms", self.topic, exc, wait_ms)
+            wait_ms = self.backoff.redis_failed(exc, "flush")
             self.flush_pending = True
             self.tell_later(wait_ms, Flush())
             return
-        self.backoff.reset()
+        self.backoff.redis_ok()
         self._maybe_idle()
+
+    def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
+        """Logs a stored failed attempt and hands it to the hooks. A refused one (its lease was
+        lost) is not this worker's failure to report: _count_lost logged it."""
+        if isinstance(result, ErrorCode):
+            return
+        lease, dead = failure.lease, result == "dead"
+        if dead:
+            then = "the job is dead"
+        elif result == "cancelled":
+            then = "its cancel had been requested, so it is removed"
+        else:
+            then = f"retried ({result})"
+        error = failure.error
+        raised = error is not None and error.__traceback__ is not None and failure.traceback
+        # A timeout raised nothing: its traceback is the hung handler's stack, logged as text.
+        stack = "" if raised or not failure.traceback else "\n" + failure.traceback.rstrip()
+        log.log(
+            logging.ERROR if dead else logging.WARNING,
+            "pool %s: job %s attempt %d failed (%s); %s%s",
+            self.topic,
+            lease.id,
+            lease.attempt,
+            failure.reason,
+            then,
+            stack,
+            exc_info=error if raised else None,
+        )
+        if self.hook_thread is not None and self.hooks is not None:
+            hooks = self.hooks.chosen(dead)
+            error = failure.error or RuntimeError(failure.reason)
+            if hooks:
+                self.hook_thread.submit(partial(call_hooks, hooks, lease, error))
 
     def _free_slots(self) -> None:
         if self.slots_to_free and self.listener is not None and self.drain_future is None:
@@ -288,11 +383,25 @@ class ConsumerPool(RedelayActor):
             if running.timed_out:
                 continue
             if now - running.started_ms >= self.timeout_ms:
-                running.timed_out = True
+                running.timed_out_ms = now
                 self.counts["timeouts"] += 1
                 self.metrics.finished("timeout", now - running.started_ms)
                 reason = f"timeout after {self.timeout_ms / 1000:g}s"
-                self.fails.append((key[0], key[1], running.lease.token, reason, None))
+                stack = self._stack_of(running)
+                error = TimeoutError(
+                    f"the handler ran over its timeout of {_seconds(self.timeout_ms)}"
+                )
+                self.fails.append(_Failure(running.lease, reason, None, error, stack))
+                log.warning(
+                    "pool %s: job %s attempt %d: the handler ran over its timeout of %s; %s",
+                    self.topic,
+                    key[1],
+                    running.lease.attempt,
+                    _seconds(self.timeout_ms),
+                    "it is cancelled"
+                    if running.future is not None
+                    else "its thread keeps its slot until it returns",
+                )
                 if running.future is not None:
                     running.future.cancel()
             elif running.lease.deadline_ms - now <= running.lease_ms // 2:
@@ -301,7 +410,41 @@ class ConsumerPool(RedelayActor):
             self._extend(extend)
         if self.fails:
             self._request_flush()
+        self._report_stuck(now)
         self._ensure_check()
+
+    def _stack_of(self, running: _Running) -> str:
+        """Where a sync handler is when it times out, as a traceback to keep with the attempt:
+        a hung handler's stack names what it waits for."""
+        thread_id = None if running.task is None else running.task.thread_id
+        frame = None if thread_id is None else sys._current_frames().get(thread_id)
+        if frame is None:
+            return ""
+        stack = "".join(traceback.format_stack(frame))
+        overran = f"the handler ran over its timeout of {_seconds(self.timeout_ms)}"
+        return (
+            "Stack of the handler when it timed out (most recent call last):\n"
+            f"{stack}TimeoutError: {overran}\n"
+        )
+
+    def _report_stuck(self, now: int) -> None:
+        """While handlers that timed out still hold slots, says so every stuck_report_ms: the
+        topic runs on fewer slots (none, when all are held) and nothing else would show it."""
+        stuck = [r.timed_out_ms for r in self.running.values() if r.timed_out_ms is not None]
+        if not stuck:
+            self.stuck_reported_ms = None
+            return
+        last = self.stuck_reported_ms
+        if last is not None and now - last < self.stuck_report_ms:
+            return
+        self.stuck_reported_ms = now
+        log.warning(
+            "%d of %d slots of topic %s held by timed-out handlers since %s",
+            len(stuck),
+            self.concurrency,
+            self.topic,
+            datetime.fromtimestamp(min(stuck) / 1000, tz=UTC).isoformat(timespec="seconds"),
+        )
 
     def _extend(self, extend: list[tuple[str, str, str, int]]) -> None:
         for start in range(0, len(extend), c.BATCH_MAX_JOBS):
@@ -309,7 +452,7 @@ class ConsumerPool(RedelayActor):
             try:
                 deadlines = self.store.extend_many(batch)
             except redis.RedisError as exc:
-                log.warning("pool %s: extend failed (%s); next check retries", self.topic, exc)
+                self.outage.failed(f"pool {self.topic} extend", exc, self.check_interval_ms)
                 return
             for (topic, job_id, _, _), deadline in zip(batch, deadlines, strict=True):
                 running = self.running.get((topic, job_id))
@@ -353,3 +496,7 @@ class ConsumerPool(RedelayActor):
             return
         self.drained = True
         self.drain_future.set(len(self.running))
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:g}s"

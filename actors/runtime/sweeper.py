@@ -15,7 +15,7 @@ import redis
 
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
-from actors.runtime._backoff import Backoff
+from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Stats, Sweep
 from actors.storage.store import Store
 
@@ -40,7 +40,7 @@ class RetrySweeper(RedelayActor):
         self.store = store
         self.interval_ms = interval_ms
         self.batch = batch
-        self.backoff = Backoff()
+        self.backoff = Backoff(outage=outage_of(store.client), name="sweeper")
         self.timer: Timer | None = None
         self.timer_at_ms: int | None = None
         self.recovered = 0
@@ -74,12 +74,11 @@ class RetrySweeper(RedelayActor):
             else:
                 self.actor_ref.tell(Sweep())  # a backlog: come back at once, after other messages
                 return
-            self.backoff.reset()
+            self.backoff.redis_ok()
             if next_deadline is not None:
                 next_at = min(next_at, next_deadline)
         except redis.RedisError as exc:
-            wait_ms = self.backoff.next_ms()
-            log.warning("sweep failed (%s); retrying in %d ms", exc, wait_ms)
+            wait_ms = self.backoff.redis_failed(exc, "sweep")
             next_at = now + wait_ms
         if self.timer is not None:
             self.timer.cancel()

@@ -18,6 +18,7 @@ import pykka
 from actors import _constants as c
 from actors.clock import Clock
 from actors.runtime._actor import ask
+from actors.runtime._hooks import FailureHooks
 from actors.runtime.carrier import Carrier
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Supervise
@@ -70,12 +71,14 @@ class ActorSystem:
         handlers: list[HandlerSpec],
         settings: SystemSettings,
         recorder: Recorder = NO_RECORDER,
+        hooks: FailureHooks | None = None,
     ) -> None:
         self.store = store
         self.recorder = recorder  # the pools' metrics (actors.metrics), or nothing
         self.clock = clock
         self.handlers = handlers
         self.settings = settings
+        self.hooks = hooks
         self.watchdog: pykka.ActorRef[Any] | None = None
         self.coordinator: pykka.ActorRef[Any] | None = None
         # The process's one wake path: one pub/sub connection for every shard's wake and ready
@@ -131,6 +134,7 @@ class ActorSystem:
                 supervisor=supervisor,
                 check_interval_ms=s.check_interval_ms,
                 recorder=self.recorder,
+                hooks=self.hooks,
             )
             listener = TopicListener.start(
                 self.store,

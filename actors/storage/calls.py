@@ -111,9 +111,9 @@ def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> 
 
 
 def fail(
-    keys: ShardKeys, at: CallTime, failures: Sequence[tuple[str, str, str, int]]
+    keys: ShardKeys, at: CallTime, failures: Sequence[tuple[str, str, str, int, str]]
 ) -> ScriptCall:
-    """``failures``: (member, token, reason, retry after ms or -1) per job."""
+    """``failures``: (member, token, reason, retry after ms or -1, traceback or "") per job."""
     k = keys
     return ScriptCall(
         "fail",
@@ -348,4 +348,5 @@ def job_info(
         cancel_requested=bool(record.get("x")),
         callback=record.get("c"),
         retry_ms=None if retry is None else tuple(int(x) for x in retry),
+        traceback=record.get("t"),
     )

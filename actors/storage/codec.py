@@ -3,7 +3,8 @@
 Fields (single letters keep ~40 bytes per pending job off Redis memory):
 ``b`` body (orjson bytes), ``d`` due time ms, ``a`` failed attempts so far, ``n`` created ms,
 ``r`` retry schedule ms (only when set per job), ``l`` lease ms (only when set per job),
-``c`` callback URL (optional), ``x`` 1 once a cancel was requested while leased.
+``c`` callback URL (optional), ``x`` 1 once a cancel was requested while leased, ``t`` the
+traceback of the last failed attempt (only when it had one; written by Lua).
 Lua edits the same map with its built-in cmsgpack.
 """
 

@@ -439,30 +439,46 @@ class Store:
 
     @_cluster_errors
     def fail_many(
-        self, failures: Sequence[tuple[str, str, str, str, int | None]]
+        self,
+        failures: Sequence[tuple[str, str, str, str, int | None]],
+        tracebacks: Sequence[str] | None = None,
     ) -> list[str | ErrorCode]:
-        """Fails (topic, id, token, reason, retry_after_ms or None) attempts.
+        """Fails (topic, id, token, reason, retry_after_ms or None) attempts; ``tracebacks``, one
+        per failure ("" for none), are kept (their end) with the failed attempt.
 
         Per job: the new state ("delayed", "ready", "dead", "cancelled") or an ErrorCode.
         """
         if not failures:
             return []
         self._batch_limit(failures, "failures")
+        if tracebacks is None:
+            tracebacks = [""] * len(failures)
+        elif len(tracebacks) != len(failures):
+            raise ValueError("tracebacks: give one per failure")
         rows = [
             (
                 self._member(topic, job_id),
                 token,
                 validation.reason(why),
                 -1 if after_ms is None else validation.delay_ms(after_ms, "retry_after"),
+                validation.traceback_tail(trace),
             )
-            for topic, job_id, token, why, after_ms in failures
+            for (topic, job_id, token, why, after_ms), trace in zip(
+                failures, tracebacks, strict=True
+            )
         ]
         return self._per_job(failures, rows, calls.fail, calls.fail_outcomes)
 
     def fail(
-        self, topic: str, job_id: str, token: str, reason: str, retry_after_ms: int | None = None
+        self,
+        topic: str,
+        job_id: str,
+        token: str,
+        reason: str,
+        retry_after_ms: int | None = None,
+        traceback: str = "",
     ) -> str | ErrorCode:
-        return self.fail_many([(topic, job_id, token, reason, retry_after_ms)])[0]
+        return self.fail_many([(topic, job_id, token, reason, retry_after_ms)], [traceback])[0]
 
     @_cluster_errors
     def extend_many(self, extensions: Sequence[tuple[str, str, str, int]]) -> list[int]:

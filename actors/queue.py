@@ -27,6 +27,7 @@ from redis.cluster import RedisCluster
 
 from actors import _constants as c
 from actors import _validation as validation
+from actors._signals import wait_for_event
 from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, ValidationError
 from actors.job import Job
@@ -460,7 +461,7 @@ class DelayQueue:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Blocks until stop() has finished (e.g. from a signal). True when stopped."""
-        return self._stopped.wait(timeout)
+        return wait_for_event(self._stopped, timeout)
 
     def install_signal_handlers(self, grace: float = 20.0) -> None:
         """SIGTERM and SIGINT stop the queue gracefully (call from the main thread); wait()

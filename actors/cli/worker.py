@@ -14,6 +14,7 @@ import traceback
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from actors._signals import wait_for_event
 from actors.cli.context import Context
 from actors.cli.metrics import INSTALL_HINT
 from actors.cli.output import Exit, print_json_line, usage_error
@@ -96,7 +97,7 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
         if metrics is not None:
             started["metrics"] = metrics.url
         print_json_line(started)
-    stop_requested.wait()
+    wait_for_event(stop_requested)  # not Event.wait(): see actors._signals
     name = signal.Signals(received[0]).name
     log.info("%s: stopping, running handlers get %.1fs", name, args.grace)
     report = queue.stop(grace=args.grace)

@@ -27,11 +27,19 @@ class Job:
     callback: str | None = None
 
     @classmethod
-    def from_lease(cls, lease: Lease) -> Job:
+    def from_lease(cls, lease: Lease, *, undecodable_as_none: bool = False) -> Job:
+        """The job a handler gets. A body that is not JSON raises, unless
+        ``undecodable_as_none`` (for failure hooks: the bytes stay in ``body_bytes``)."""
+        try:
+            body = orjson.loads(lease.body)
+        except orjson.JSONDecodeError:
+            if not undecodable_as_none:
+                raise
+            body = None
         return cls(
             topic=lease.topic,
             id=lease.id,
-            body=orjson.loads(lease.body),
+            body=body,
             body_bytes=lease.body,
             attempt=lease.attempt,
             due_ms=lease.due_ms,

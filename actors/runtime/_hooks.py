@@ -12,8 +12,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from actors.job import Job
 from actors.values import Lease
 
@@ -61,17 +59,4 @@ def call_hooks(hooks: tuple[FailureHook, ...], lease: Lease, exc: BaseException)
 def job_of(lease: Lease) -> Job:
     """The job as its handler saw it; a body that is not JSON (which failed the attempt) is
     passed as None, with the bytes in ``body_bytes``."""
-    try:
-        return Job.from_lease(lease)
-    except orjson.JSONDecodeError:
-        return Job(
-            topic=lease.topic,
-            id=lease.id,
-            body=None,
-            body_bytes=lease.body,
-            attempt=lease.attempt,
-            due_ms=lease.due_ms,
-            deadline_ms=lease.deadline_ms,
-            token=lease.token,
-            callback=lease.callback,
-        )
+    return Job.from_lease(lease, undecodable_as_none=True)

@@ -98,3 +98,19 @@ def test_page_and_json_render_from_the_records(
     assert "| **redelay** |" in page
     assert "$" not in page  # every placeholder of the template was filled
     assert "arq / immediate: not installed" in page
+
+
+def test_a_peer_that_did_not_run_is_an_error_and_a_missing_api_is_not() -> None:
+    from simulations.bench.__main__ import report_errors
+
+    not_applicable: dict[str, Any] = {"system": "rq", "scenario": "enqueue-batch", "reason": "x"}
+    not_applicable["error"] = False
+    missing: dict[str, Any] = {"system": "bullmq", "scenario": "immediate", "reason": "npm failed"}
+    missing["error"] = True
+    assert report_errors([not_applicable]) == 0
+    assert report_errors([not_applicable, missing]) == 1
+    # A record from before the flag existed counts as an error: never a silent gap.
+    assert report_errors([{"system": "arq", "scenario": "immediate", "reason": "x"}]) == 1
+    section = report.skipped_section([not_applicable, missing])
+    assert "**ERROR, did not run**: bullmq / immediate: npm failed" in section
+    assert "not applicable: rq / enqueue-batch" in section

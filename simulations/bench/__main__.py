@@ -123,6 +123,11 @@ def summary_line(record: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def not_run(system: SystemInfo, scenario: Scenario, reason: str, *, error: bool) -> dict[str, Any]:
+    """A pair that did not run; ``error`` unless it cannot apply (a peer without that API)."""
+    return {"system": system.name, "scenario": scenario.name, "reason": reason, "error": error}
+
+
 def run_all(
     systems: list[SystemInfo], plan: list[Scenario], context: RunContext, load: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -131,19 +136,20 @@ def run_all(
     for system in systems:
         missing = system.missing() or (node_ready() if system.is_node else None)
         for scenario in plan:
-            reason = missing
-            if reason is None and scenario.name == "enqueue-batch" and system.batch_api is None:
-                reason = "no batch enqueue API"
-            if reason is not None:
-                skipped.append({"system": system.name, "scenario": scenario.name, "reason": reason})
-                print(f"{system.name:>14} {scenario.name:<15} skipped: {reason}", flush=True)
+            if missing is None and scenario.name == "enqueue-batch" and system.batch_api is None:
+                # Not applicable, not missing: the peer has no batch API to measure.
+                skipped.append(not_run(system, scenario, "no batch enqueue API", error=False))
+                continue
+            if missing is not None:
+                skipped.append(not_run(system, scenario, missing, error=True))
+                print(f"{system.name:>14} {scenario.name:<15} ERROR, not run: {missing}")
                 continue
             load["max_1m"] = max(load.get("max_1m", 0.0), os.getloadavg()[0])
             try:
                 record = run_scenario(system, scenario, context)
             except AgentFailed as exc:
                 reason = f"failed: {str(exc).strip()[-400:]}"
-                skipped.append({"system": system.name, "scenario": scenario.name, "reason": reason})
+                skipped.append(not_run(system, scenario, reason, error=True))
                 print(f"{system.name:>14} {scenario.name:<15} {reason}", flush=True)
                 continue
             record["loadavg_1m_before"] = round(os.getloadavg()[0], 2)
@@ -248,7 +254,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {page_path} and {json_path} in {results['wall_s']} s")
     for verdict in results["targets"]:
         print(f"target: {verdict['target']}: {verdict['measured']} -> {verdict['met']}")
-    return 0
+    return report_errors(skipped)
+
+
+def report_errors(skipped: Sequence[dict[str, Any]]) -> int:
+    """A peer that did not run is an error, never a silent gap in the comparison."""
+    errors = [s for s in skipped if s.get("error", True)]
+    for s in errors:
+        print(f"ERROR: {s['system']} / {s['scenario']} did not run: {s['reason']}", flush=True)
+    if errors:
+        print(f"ERROR: {len(errors)} system/scenario pairs did not run: the comparison is partial")
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -345,7 +345,12 @@ def sweep_table(rows: Sequence[dict[str, Any]]) -> str:
 def skipped_section(skipped: Sequence[dict[str, Any]]) -> str:
     if not skipped:
         return "Every system ran every scenario."
-    return "\n".join(f"- {s['system']} / {s['scenario']}: {s['reason']}" for s in skipped)
+    lines = []
+    for s in skipped:
+        # Runs recorded before "error" existed count as errors: a missing peer is never silent.
+        kind = "**ERROR, did not run**" if s.get("error", True) else "not applicable"
+        lines.append(f"- {kind}: {s['system']} / {s['scenario']}: {s['reason']}")
+    return "\n".join(lines)
 
 
 def versions_section(found: dict[str, Any]) -> str:

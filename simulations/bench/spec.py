@@ -12,6 +12,8 @@ from .scenarios import Scenario
 Role = Literal["producer", "worker"]
 
 QUEUE_NAME = "bench"  # the queue / topic / task name every system uses
+# A system named "<peer>-tuned" is that peer configured for throughput the way its own docs advise.
+TUNED_SUFFIX = "-tuned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,10 @@ class AgentSpec:
     expected: int  # deliveries a worker waits for
     burst_due_ms: int  # the one due time of the burst scenario (0 otherwise)
     seed: int
+
+    @property
+    def tuned(self) -> bool:
+        return self.system.endswith(TUNED_SUFFIX)
 
     @property
     def url(self) -> str:

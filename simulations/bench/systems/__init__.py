@@ -51,7 +51,7 @@ class SystemInfo:
         return found
 
 
-SYSTEMS: tuple[SystemInfo, ...] = (
+_AT_DEFAULTS: tuple[SystemInfo, ...] = (
     SystemInfo(
         "redelay",
         "redelay_queue",
@@ -123,4 +123,49 @@ SYSTEMS: tuple[SystemInfo, ...] = (
     ),
 )
 
+# The systems again, set for throughput as their own documentation advises. The agent module is
+# the same; it reads AgentSpec.tuned. RQ and Celery are missing: both scale by worker processes
+# (rq worker-pool, Celery's prefork children), and a handler in another process would count into
+# its own copy of the Recorder; they need a recorder shared across processes first.
+_TUNED: tuple[SystemInfo, ...] = (
+    SystemInfo(
+        "redelay-tuned",
+        "redelay_queue",
+        ("redelay", "redis", "pykka"),
+        "As redelay, with handler concurrency 100 (docs/scaling.md: raise concurrency for "
+        "I/O-bound handlers).",
+        "add_many: one Lua call per batch",
+    ),
+    SystemInfo(
+        "arq-tuned",
+        "peer_arq",
+        ("arq", "redis", "hiredis"),
+        "max_jobs 100 (arq's docs: the number of jobs run concurrently), so queue_read_limit "
+        "follows at 500; other settings default.",
+        None,
+    ),
+    SystemInfo(
+        "dramatiq-tuned",
+        "peer_dramatiq",
+        ("dramatiq", "redis"),
+        "Worker with 64 threads (Dramatiq's docs: raise worker_threads for I/O-bound actors).",
+        None,
+    ),
+    SystemInfo(
+        "saq-tuned",
+        "peer_saq",
+        ("saq", "redis"),
+        "Worker concurrency 100 (SAQ's docs: concurrency is the number of jobs run at once).",
+        None,
+    ),
+    SystemInfo(
+        "bullmq-tuned",
+        None,
+        (),
+        "Worker concurrency 100 (BullMQ's docs: raise concurrency for I/O-bound processors).",
+        "addBulk: one MULTI of Lua calls",
+    ),
+)
+
+SYSTEMS: tuple[SystemInfo, ...] = _AT_DEFAULTS + _TUNED
 BY_NAME = {system.name: system for system in SYSTEMS}

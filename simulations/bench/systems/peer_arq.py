@@ -70,6 +70,7 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     async def run() -> None:
         worker = Worker(
             functions=[func(handle, name=QUEUE_NAME)],
+            max_jobs=100 if spec.tuned else 10,  # 10 is arq's default
             redis_settings=settings(spec),
             handle_signals=False,
         )

@@ -70,7 +70,7 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     global _recorder
     _recorder = recorder
     broker, _ = setup(spec)
-    worker = dramatiq.Worker(broker)
+    worker = dramatiq.Worker(broker, worker_threads=64 if spec.tuned else 8)  # 8: the default
     recorder.ready()
     worker.start()
     threading.Event().wait()  # the worker's threads consume until the runner stops us

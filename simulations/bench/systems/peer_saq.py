@@ -71,7 +71,8 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     async def run() -> None:
         queue = queue_for(spec)
         await queue.connect()
-        worker = Worker(queue, functions=[handle])
+        # 10 is SAQ's default concurrency; tuned runs 100 jobs at once.
+        worker = Worker(queue, functions=[handle], concurrency=100 if spec.tuned else 10)
         recorder.ready()
         await worker.start()
 

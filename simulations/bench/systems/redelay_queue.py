@@ -17,6 +17,7 @@ NAMESPACE = "bench"
 # The in-process concurrency arq, SAQ and BullMQ get here too; BENCH_REDELAY_CONCURRENCY
 # overrides it for experiments (docs/benchmarks.md reports the default run).
 CONCURRENCY = int(os.environ.get("BENCH_REDELAY_CONCURRENCY", "10"))
+TUNED_CONCURRENCY = 100  # redelay-tuned: what docs/scaling.md advises for I/O-bound handlers
 
 
 class Producer:
@@ -48,7 +49,7 @@ def produce(spec: AgentSpec, due: DueTimes) -> ProduceResult:
 def work(spec: AgentSpec, recorder: Recorder) -> None:
     queue = DelayQueue(spec.url, NAMESPACE)
 
-    @queue.handler(QUEUE_NAME, concurrency=CONCURRENCY)
+    @queue.handler(QUEUE_NAME, concurrency=TUNED_CONCURRENCY if spec.tuned else CONCURRENCY)
     def handle(job: Job) -> None:
         recorder.delivered(job.body)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
+
+from ..spec import TUNED_SUFFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,43 +129,31 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
 # the same; it reads AgentSpec.tuned. RQ and Celery are missing: both scale by worker processes
 # (rq worker-pool, Celery's prefork children), and a handler in another process would count into
 # its own copy of the Recorder; they need a recorder shared across processes first.
+def _tuned(name: str, config: str) -> SystemInfo:
+    """The twin of the default entry ``name``: same agent, packages and batch API."""
+    base = next(s for s in _AT_DEFAULTS if s.name == name)
+    return replace(base, name=name + TUNED_SUFFIX, config=config)
+
+
 _TUNED: tuple[SystemInfo, ...] = (
-    SystemInfo(
-        "redelay-tuned",
-        "redelay_queue",
-        ("redelay", "redis", "pykka"),
+    _tuned(
+        "redelay",
         "As redelay, with handler concurrency 100 (docs/scaling.md: raise concurrency for "
         "I/O-bound handlers).",
-        "add_many: one Lua call per batch",
     ),
-    SystemInfo(
-        "arq-tuned",
-        "peer_arq",
-        ("arq", "redis", "hiredis"),
+    _tuned(
+        "arq",
         "max_jobs 100 (arq's docs: the number of jobs run concurrently), so queue_read_limit "
         "follows at 500; other settings default.",
-        None,
     ),
-    SystemInfo(
-        "dramatiq-tuned",
-        "peer_dramatiq",
-        ("dramatiq", "redis"),
+    _tuned(
+        "dramatiq",
         "Worker with 64 threads (Dramatiq's docs: raise worker_threads for I/O-bound actors).",
-        None,
     ),
-    SystemInfo(
-        "saq-tuned",
-        "peer_saq",
-        ("saq", "redis"),
-        "Worker concurrency 100 (SAQ's docs: concurrency is the number of jobs run at once).",
-        None,
-    ),
-    SystemInfo(
-        "bullmq-tuned",
-        None,
-        (),
+    _tuned("saq", "Worker concurrency 100 (SAQ's docs: the number of jobs run at once)."),
+    _tuned(
+        "bullmq",
         "Worker concurrency 100 (BullMQ's docs: raise concurrency for I/O-bound processors).",
-        "addBulk: one MULTI of Lua calls",
     ),
 )
 

@@ -125,6 +125,7 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
     ),
 )
 
+
 # The systems again, set for throughput as their own documentation advises. The agent module is
 # the same; it reads AgentSpec.tuned. RQ and Celery are missing: both scale by worker processes
 # (rq worker-pool, Celery's prefork children), and a handler in another process would count into

@@ -2,7 +2,9 @@
 
 A worker is ``redelay worker simulations.chaos_worker:make_queue`` (``python -m actors.cli``, so
 it runs on this interpreter), or ``python -m simulations.chaos_worker`` when the CLI has no
-worker command. Each slot keeps one log file, appended to by every process started in it.
+worker command. Installed from the wheel the package is ``actors.simulate``, not
+``simulations``: the module names are this package's own. Each slot keeps one log file, appended
+to by every process started in it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Where the simulations package lives: workers import it from there.
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# The directory on sys.path that holds this package (simulations/ in a checkout,
+# actors/simulate/ in site-packages): workers import the worker module from there.
+_PACKAGE_ROOT = Path(__file__).resolve().parents[(__package__ or "simulations").count(".") + 1]
+_WORKER_MODULE = f"{__package__ or 'simulations'}.chaos_worker"
 
 
 def worker_command(grace_s: float) -> list[str]:
@@ -27,13 +31,13 @@ def worker_command(grace_s: float) -> list[str]:
             "-m",
             "actors.cli",
             "worker",
-            "simulations.chaos_worker:make_queue",
+            f"{_WORKER_MODULE}:make_queue",
             "--grace",
             str(grace_s),
             "--log-level",
             "WARNING",
         ]
-    return [sys.executable, "-m", "simulations.chaos_worker"]
+    return [sys.executable, "-m", _WORKER_MODULE]
 
 
 @dataclass
@@ -51,8 +55,10 @@ class Workers:
         self.env = {
             **os.environ,
             **env,
+            # The user's --app module is found from the directory the run started in, as it
+            # was in this process (workers run in _PACKAGE_ROOT).
             "PYTHONPATH": os.pathsep.join(
-                p for p in [str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")] if p
+                p for p in [str(_PACKAGE_ROOT), os.getcwd(), os.environ.get("PYTHONPATH", "")] if p
             ),
             "REDELAY_SIM_GRACE": str(grace_s),
         }

@@ -23,21 +23,26 @@ from .det_settings import TopicPlan
 BodyFn = Callable[[str, str], Any]
 
 
-def _resolve(target: str, what: str) -> Any:
+def resolve(target: str, what: str) -> Any:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise SystemExit(f"{what}: {target!r} is not MODULE:ATTR (e.g. myapp.tasks:queue)")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like app runners: modules in the current directory
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"{what}: cannot import {module_name}: {exc}") from exc
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SystemExit(f"{what}: {module_name} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
 
 
 def load_specs(target: str) -> list[HandlerSpec]:
     """The handlers registered by ``target`` (a DelayQueue, or a register(queue) function)."""
-    obj = _resolve(target, "--app")
+    obj = resolve(target, "--app")
     if isinstance(obj, DelayQueue):
         specs = handler_specs(obj)
     elif callable(obj):
@@ -74,7 +79,7 @@ def load_bodies(target: str | None) -> BodyFn:
     """``FUNC(topic, job_id) -> body`` (any JSON value); the default body is {"id": job_id}."""
     if target is None:
         return lambda topic, job_id: {"id": job_id}
-    fn = _resolve(target, "--bodies")
+    fn = resolve(target, "--bodies")
     if not callable(fn):
         raise SystemExit(f"--bodies: {target} is not a function")
     body_fn: BodyFn = fn

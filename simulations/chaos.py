@@ -52,6 +52,7 @@ from .chaos_settings import ChaosSettings, derive
 from .chaos_worker import DEFAULT_NAMESPACE
 from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, EXIT_USAGE, Evidence, check_all
 from .ledger import JobRow, Ledger
+from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
 
 log = logging.getLogger("simulations.chaos")
@@ -326,7 +327,7 @@ class Chaos:
 
 
 def reproduce_command(args: argparse.Namespace, seed: int) -> str:
-    parts = [f"python -m simulations.chaos --seed {seed} --duration {args.duration:g}"]
+    parts = [f"{args.prog} --seed {seed} --duration {args.duration:g}"]
     if args.cluster:
         parts.append(f"--cluster --shards {args.shards}")
     if args.appendfsync != "always":
@@ -337,17 +338,22 @@ def reproduce_command(args: argparse.Namespace, seed: int) -> str:
         parts.append(f"--bodies {args.bodies}")
     if args.max_calm_p99_ms is not None:
         parts.append(f"--max-calm-p99-ms {args.max_calm_p99_ms}")
+    if args.check:
+        parts.append(f"--check {args.check}")
     return " ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     settings = derive(seed, args.duration, args.appendfsync, args.shards if args.cluster else None)
+    out = Path(args.out) / f"chaos-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    # Before the app is imported here or in a worker: the workers inherit the variable.
+    app_dir = prepare_app_dir(out / "app")
+    check = load_check(args.check) if args.check else None
     if args.app:
         _, topics = load_app_handlers(args.app)
         settings = settings.with_topics(topics)
-    out = Path(args.out) / f"chaos-{seed}"
-    out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -388,6 +394,11 @@ def run(args: argparse.Namespace) -> int:
     report.save_audit(evidence.audit, out / "audit.jsonl")
     evidence = replace(evidence, calm_p99_bound_ms=args.max_calm_p99_ms)
     verdict = check_all(evidence)
+    extra: dict[str, Any] = {}
+    if check is not None:
+        found = run_check(args.check, check, evidence.ledger, settings.fault_window_ms)
+        verdict.violations += found.violations()
+        extra["user_check"] = {**found.as_dict(), "start_ms": chaos.started_ms}
     notes["chart"] = chart.draw(
         verdict.lateness.points,
         evidence.ledger.faults,
@@ -397,6 +408,7 @@ def run(args: argparse.Namespace) -> int:
         time_unit="s",
     )
     notes["evidence"] = f"{out / 'ledger.sqlite'}, {out / 'audit.jsonl'}"
+    notes["your handlers' records"] = f"{app_dir} ({APP_DIR_ENV})"
     summary = report.build(
         "chaos",
         seed,
@@ -404,22 +416,27 @@ def run(args: argparse.Namespace) -> int:
         settings.as_dict(),
         verdict,
         evidence.ledger,
-        {"notes": notes},
+        {"notes": notes, **extra},
     )
     report.save(summary, out / "summary.json")
     report.emit(summary, args.json)
     return int(summary["exit_code"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = f"python -m {__package__}.chaos"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """``prog`` is also how the reproduce line starts (``redelay simulate`` passes its own)."""
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.chaos",
+        prog=prog,
         description="Runs redelay worker processes under process, connection and Redis faults.",
         epilog="Exit codes: 0 ok, 10 early, 11 cancelled_delivered, 12 after_ack, "
-        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 1 simulator "
-        "error, 2 usage, 3 no redis-server (or, with --cluster, no local cluster). See "
-        "docs/simulations.md.",
+        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 18 user_check, "
+        "1 simulator error, 2 usage, 3 no redis-server (or, with --cluster, no local cluster). "
+        "See docs/simulations.md.",
     )
+    parser.set_defaults(prog=prog)
     parser.add_argument("--seed", type=int, help="the run's seed (default: a random one)")
     parser.add_argument(
         "--duration", type=float, default=40.0, help="seconds of chaos before the drain (40)"
@@ -441,6 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--bodies", metavar="MODULE:FUNC", help="FUNC(topic, id) -> job body")
     parser.add_argument(
+        "--check",
+        metavar="MODULE:FUNC",
+        help="FUNC() reads what your handlers recorded and raises when an invariant broke "
+        "(exit 18)",
+    )
+    parser.add_argument(
         "--cluster",
         action="store_true",
         help="run on a local Redis Cluster (3 masters + 3 replicas) and kill masters and "
@@ -453,8 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.duration <= 0:
         print("simulation: --duration must be positive", file=sys.stderr)
         return EXIT_USAGE
@@ -467,6 +490,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return run(args)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(f"simulation: {exc.code}", file=sys.stderr)  # a bad --app, --bodies or --check
+        return EXIT_USAGE
     except RedisServerNotFound as exc:
         print(f"simulation: {exc}", file=sys.stderr)
         return EXIT_NO_REDIS

@@ -5,6 +5,7 @@ with faults a seed switches on and fires at random moments. Many simulated hours
     python -m simulations.deterministic --seed 42             # the seed picks the faults
     python -m simulations.deterministic --seed 42 --soak      # 48 simulated hours
     python -m simulations.deterministic --seed 42 --ci --json # the summary as JSON
+    redelay simulate --app myapp.tasks:register --check myapp.tasks:check --ci  # installed
 
 One seed reproduces a run: the settings, the jobs, the faults, when they fire and what they hit
 all come from it (printed at the start), and a handler's behaviour on an attempt is a function of
@@ -33,8 +34,9 @@ from actors.errors import RedisServerNotFound
 from . import chart, report
 from ._det_world import World
 from ._user_app import load_app_handlers, load_bodies
-from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, Evidence, check_all
+from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, EXIT_USAGE, Evidence, check_all
 from .det_settings import MODES, DetSettings, derive
+from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
 
 log = logging.getLogger("simulations.deterministic")
@@ -232,19 +234,23 @@ def reproduce_command(seed: int, mode: str, args: argparse.Namespace) -> str:
     extra += (f" --app {args.app}" if args.app else "") + (
         f" --bodies {args.bodies}" if args.bodies else ""
     )
-    return f"python -m simulations.deterministic --seed {seed}{flag}{extra}"
+    extra += f" --check {args.check}" if args.check else ""
+    return f"{args.prog} --seed {seed}{flag}{extra}"
 
 
 def run(args: argparse.Namespace) -> int:
     mode = "ci" if args.ci else "soak" if args.soak else "default"
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     settings = derive(seed, mode, args.hours)
+    out = Path(args.out) / f"deterministic-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    # Before the app is imported: its handlers may read it at import time.
+    app_dir = prepare_app_dir(out / "app")
+    check = load_check(args.check) if args.check else None
     user_handlers: dict[str, Any] = {}
     if args.app:
         user_handlers, topics = load_app_handlers(args.app)
         settings = settings.with_topics(topics)
-    out = Path(args.out) / f"deterministic-{seed}"
-    out.mkdir(parents=True, exist_ok=True)
     _log_to(out / "simulation.log", args.verbose)
     command = reproduce_command(seed, mode, args)
     print(f"{settings.describe()}\nreproduce with: {command}", file=sys.stderr)
@@ -272,6 +278,11 @@ def run(args: argparse.Namespace) -> int:
     shutil.rmtree(work, ignore_errors=True)
     report.save_audit(evidence.audit, out / "audit.jsonl")
     verdict = check_all(evidence)
+    extra_summary: dict[str, Any] = {}
+    if check is not None:
+        found = run_check(args.check, check, evidence.ledger, settings.fault_window_ms)
+        verdict.violations += found.violations()
+        extra_summary["user_check"] = {**found.as_dict(), "start_ms": world.start_ms}
     chart_note = chart.draw(
         verdict.lateness.points,
         evidence.ledger.faults,
@@ -308,7 +319,9 @@ def run(args: argparse.Namespace) -> int:
                 "cut short by the real-time limit": cut_short,
                 "chart": chart_note,
                 "evidence": f"{out / 'ledger.sqlite'}, {out / 'audit.jsonl'}",
+                "your handlers' records": f"{app_dir} ({APP_DIR_ENV})",
             },
+            **extra_summary,
         },
     )
     report.save(summary, out / "summary.json")
@@ -329,14 +342,19 @@ def _log_to(path: Path, verbose: bool) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = f"python -m {__package__}.deterministic"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """``prog`` is also how the reproduce line starts (``redelay simulate`` passes its own)."""
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.deterministic",
+        prog=prog,
         description="Simulates hours of a redelay deployment under faults, on a fake clock.",
         epilog="Exit codes: 0 ok, 10 early, 11 cancelled_delivered, 12 after_ack, "
-        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 1 simulator "
-        "error, 2 usage, 3 no redis-server. See docs/simulations.md.",
+        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 18 user_check, "
+        "1 simulator error, 2 usage, 3 no redis-server. See docs/simulations.md.",
     )
+    parser.set_defaults(prog=prog)
     parser.add_argument("--seed", type=int, help="the run's seed (default: a random one)")
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
@@ -366,6 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="FUNC(topic, job_id) returns the body of each simulated job (default {'id': id})",
     )
     parser.add_argument(
+        "--check",
+        metavar="MODULE:FUNC",
+        help="FUNC() reads what your handlers recorded and raises when an invariant broke "
+        "(exit 18)",
+    )
+    parser.add_argument(
         "--out",
         default="simulations/out",
         help="where the ledger, log, chart and summary go (default: simulations/out)",
@@ -374,13 +398,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.hours is not None and not 0 < args.hours <= 24 * 365:
         parser.error("--hours must be above 0 and at most a year")
     try:
         return run(args)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(f"simulation: {exc.code}", file=sys.stderr)  # a bad --app, --bodies or --check
+        return EXIT_USAGE
     except RedisServerNotFound as exc:
         print(f"simulation: {exc}", file=sys.stderr)
         return EXIT_NO_REDIS

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
+from . import user_check
 from .checkers import EXIT_CODES, MEANINGS, Percentiles, Verdict, Violation
 from .ledger import LedgerData
 
@@ -152,6 +153,10 @@ def text(summary: dict[str, Any]) -> str:
             lines.append(f"{label} n=0")
     for key, value in summary.get("notes", {}).items():
         lines.append(f"{key}: {value}")
+    if summary.get("user_check"):
+        lines.append(
+            f"your check {summary['user_check']['check']}: {summary['user_check']['result']}"
+        )
     if summary["exit_code"] == 0:
         lines.append("RESULT: OK, every check passed")
     else:
@@ -164,6 +169,8 @@ def text(summary: dict[str, Any]) -> str:
         for v in summary["violations"]:
             where = f"{v['job']}: " if v["job"] else ""
             lines.append(f"  - [{v['check']}] {where}{v['message']}")
+        if summary.get("user_check") and summary["user_check"]["result"] != "ok":
+            lines += ["  " + line for line in user_check.describe(summary["user_check"])[1:]]
         shown = len(summary["violations"])
         hidden = sum(summary["violation_counts"].values()) - shown
         if hidden > 0:

@@ -24,6 +24,7 @@ from actors.cli import dead as _cli_dead
 from actors.cli import jobs as _cli_jobs
 from actors.cli import listing as _cli_listing
 from actors.cli import metrics as _cli_metrics
+from actors.cli import simulate as _cli_simulate
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, ValidationError
@@ -40,7 +41,8 @@ def reference_path() -> Path:
 
 def epilog() -> str:
     return f"""exit codes: 0 ok, 1 not found or drift, 2 usage or bad input,
-3 no Redis, 4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted.
+3 no Redis, 4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted;
+simulate: 10-18, the first failed check.
 Full reference (options, JSON shapes, exit codes): {reference_path()}"""
 
 
@@ -190,6 +192,7 @@ def build_parser(json_output: bool = False) -> Parser:
     _cli_dead.add_parsers(sub, common)
     _cli_audit.add_parsers(sub, common)
     _cli_metrics.add_parsers(sub, common)
+    _cli_simulate.add_parsers(sub, common)
     return parser
 
 

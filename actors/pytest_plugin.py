@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from actors import DelayQueue, FakeClock, testing
-from actors.values import JobInfo
 from actors.server.embedded import RedisProcess
+from actors.values import JobInfo
 
 __all__ = [
     "RedelayHarness",

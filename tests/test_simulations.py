@@ -553,5 +553,108 @@ def test_the_guide_lists_every_exit_code_check_and_fault_kind() -> None:
         assert f"| {code} | `{failure.value}` |" in text, failure
     for kind in det_settings.FAULT_KINDS + chaos_settings.FAULT_KINDS:
         assert f"| `{kind}` |" in text, kind
-    for command in ("make simulate", "make soak", "--app", "--bodies", "reproduce with"):
+    for command in ("make simulate", "make soak", "--app", "--bodies", "--check", "reproduce with"):
         assert command in text
+
+
+# -- your own invariants (--check) and `redelay simulate` ---------------------------------------
+
+
+def _refund_ledger() -> LedgerData:
+    jobs = [JobRow("refund", f"j{n:06d}", 1_000, 0) for n in range(3)]
+    runs = [
+        RunRow(1, "refund", "j000001", "t1", 1, 1_000, 1_000, "w1.1", "ok", 2_000),
+        RunRow(2, "refund", "j000001", "t2", 2, 1_000, 70_000, "w1.2", "ok", 71_000),
+        RunRow(3, "refund", "j000002", "t3", 1, 1_000, 1_000, "w1.1", "ok", 1_500),
+    ]
+    faults = [
+        FaultRow(1, 500, "clock_jump", "+1 ms"),  # before the window
+        FaultRow(2, 2_500, "worker_abandon", "w1.1"),
+        FaultRow(3, 80_000, "actor_crash", "w1.2 carrier"),  # after the last run
+    ]
+    return LedgerData({j.key: j for j in jobs}, [], runs, faults)
+
+
+def test_a_user_check_that_raises_names_its_jobs_runs_and_the_faults_around_them() -> None:
+    from simulations import user_check
+
+    def check() -> None:
+        raise AssertionError("refund-j000001 sent 2 times (job refund/j000001)")
+
+    result = user_check.run_check("app:check", check, _refund_ledger(), window_ms=400)
+    assert not result.passed
+    assert result.jobs == [("refund", "j000001")]  # j000002 is not named
+    assert [r.seq for r in result.runs] == [1, 2]
+    assert [f.kind for f in result.faults] == ["worker_abandon"]
+    (violation,) = result.violations()
+    assert violation.failure is Failure.USER_CHECK and EXIT_CODES[Failure.USER_CHECK] == 18
+    assert "AssertionError: refund-j000001 sent 2 times" in violation.message
+    lines = user_check.describe({**result.as_dict(), "start_ms": 0})
+    assert "  run refund/j000001 attempt 2 on w1.2: started +70.000s, ended +71.000s, ok" in lines
+    assert "    +2.500s worker_abandon w1.1" in lines
+
+
+def test_a_user_check_that_passes_or_names_no_job() -> None:
+    from simulations import user_check
+
+    passed = user_check.run_check("app:check", lambda: None, _refund_ledger(), 1_000)
+    assert passed.passed and passed.violations() == []
+
+    def vague() -> None:
+        raise ValueError("a refund went out twice")
+
+    found = user_check.run_check("app:check", vague, _refund_ledger(), 1_000)
+    assert found.jobs == [] and found.faults == [] and len(found.violations()) == 1
+    assert "name the job ids" in user_check.describe(found.as_dict())[1]
+
+
+def _redelay_simulate(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", "simulate", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+
+
+def test_redelay_simulate_fails_a_non_idempotent_handler_with_exit_18(tmp_path: Path) -> None:
+    args = ["--seed", "2", "--ci", "--hours", "0.5", "--json", "--out", str(tmp_path)]
+    args += ["--app", "simulations.example_refunds:register"]
+    args += ["--check", "simulations.example_refunds:check"]
+    done = _redelay_simulate(args, ROOT)
+    assert done.returncode == 18, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["result"] == "user_check" and summary["exit_code"] == 18
+    assert summary["user_check"]["result"] == "failed"
+    assert "sent 2 times" in summary["user_check"]["error"]
+    assert summary["user_check"]["runs"], "the named job's runs are listed"
+    assert summary["reproduce"] == (
+        "redelay simulate --seed 2 --ci --hours 0.5 --app simulations.example_refunds:register "
+        "--check simulations.example_refunds:check"
+    )
+    refunds = tmp_path / "deterministic-2" / "app" / "refunds.sqlite"
+    assert refunds.is_file()  # the handlers' records are kept with the run
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--duration", "5"], "--duration needs --chaos"),
+        (["--chaos", "--ci"], "--ci is not for --chaos"),
+        (["--check", "nowhere_at_all:check"], "--check: cannot import nowhere_at_all"),
+        (["--check", "simulations.example_refunds:nothing"], "has no attribute 'nothing'"),
+    ],
+)
+def test_redelay_simulate_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
+    done = _redelay_simulate([*args, "--out", str(tmp_path)], ROOT)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+
+
+def test_the_cli_page_lists_every_simulator_exit_code() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text.split("## redelay simulate", 1)[1]
+    for failure, code in EXIT_CODES.items():
+        assert f"| {code} | `{failure.value}`" in section, failure

@@ -63,7 +63,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     size = det.add_mutually_exclusive_group()
     size.add_argument("--ci", action="store_true", help="CI-sized: 2 simulated hours")
     size.add_argument("--soak", action="store_true", help="48 simulated hours")
-    size.add_argument("--hours", type=float, help="this many simulated hours")
+    det.add_argument(
+        "--hours", type=float, help="this many simulated hours (with --ci/--soak: their faults)"
+    )
     det.add_argument("-v", "--verbose", action="store_true", help="actor logs on stderr too")
     chaos = p.add_argument_group("process chaos (--chaos)")
     chaos.add_argument("--chaos", action="store_true", help="real worker processes, real time")

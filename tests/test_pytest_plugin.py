@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def plugin_example() -> str:
     text = (ROOT / "docs" / "testing.md").read_text()
-    (block,) = re.findall(r"```py\n(# file: test_refund_crash\.py\n.*?)```", text, flags=re.S)
+    blocks: list[str] = re.findall(r"```py\n(# file: test_refund_crash\.py\n.*?)```", text, re.S)
+    (block,) = blocks
     return block
 
 

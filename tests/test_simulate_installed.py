@@ -52,7 +52,8 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
 def plugin_example() -> str:
     """The pytest example of docs/testing.md (the block that names its file)."""
     text = (ROOT / "docs" / "testing.md").read_text()
-    (block,) = re.findall(r"```py\n(# file: test_refund_crash\.py\n.*?)```", text, flags=re.S)
+    blocks: list[str] = re.findall(r"```py\n(# file: test_refund_crash\.py\n.*?)```", text, re.S)
+    (block,) = blocks
     return block
 
 

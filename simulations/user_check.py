@@ -35,6 +35,7 @@ CheckFn = Callable[[], object]
 def prepare_app_dir(path: Path) -> Path:
     """An empty directory for the handlers' records, announced in ``REDELAY_SIM_DIR`` (so every
     process started from here on sees it). Emptied first: a seed's artefacts are rewritten."""
+    path = path.resolve()  # chaos workers run in another directory
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     os.environ[APP_DIR_ENV] = str(path)

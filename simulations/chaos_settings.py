@@ -117,7 +117,12 @@ class ChaosSettings:
     def with_topics(self, topics: tuple[TopicPlan, ...]) -> ChaosSettings:
         timeouts = [t.timeout_ms for t in topics]
         handler = replace(self.handler, hang_ms=(min(timeouts) + 200, min(timeouts) + 2_000))
-        return replace(self, topics=topics, handler=handler)
+        # The drain waits for every job, so for the longest retry schedule and lease: the
+        # user's, not the built-in topics' the limit was derived from (else their jobs "stick").
+        extra_ms = max(sum(t.retry_ms) for t in topics) - max(sum(t.retry_ms) for t in self.topics)
+        extra_ms += 5 * (max(t.lease_ms for t in topics) - max(t.lease_ms for t in self.topics))
+        drain_limit_s = self.drain_limit_s + max(0, extra_ms) / 1000
+        return replace(self, topics=topics, handler=handler, drain_limit_s=drain_limit_s)
 
     def describe(self) -> str:
         topics = "; ".join(

@@ -12,6 +12,9 @@ the simulator finds a refund sent twice and ``check`` fails the run. ``register_
 records the refund under its id in the same transaction that "sends" it, so a second run finds
 it sent and does nothing.
 
+The retry schedule is short so that process chaos drains in seconds: the drain waits for every
+job, and so for the longest schedule (docs/simulations.md).
+
 The "payment provider" is a table in an SQLite file in ``REDELAY_SIM_DIR``, the directory the
 simulator gives each run for the handlers' records (the chaos workers are other processes, so a
 dict in memory would not do). This file imports only ``actors``: copy it next to your code.
@@ -45,7 +48,7 @@ def _refund_of(job: Job) -> str:
 def register(queue: DelayQueue) -> None:
     """The bug: every run sends the refund, including a second run after a crash."""
 
-    @queue.handler(TOPIC, concurrency=4, timeout=10, retry=[5, 60, 600])
+    @queue.handler(TOPIC, concurrency=4, timeout=10, retry=[1, 5, 30])
     def send_refund(job: Job) -> str:
         db = _provider()
         try:
@@ -61,7 +64,7 @@ def register(queue: DelayQueue) -> None:
 def register_idempotent(queue: DelayQueue) -> None:
     """The fix: look for the refund and send it in one transaction, so it is sent once."""
 
-    @queue.handler(TOPIC, concurrency=4, timeout=10, retry=[5, 60, 600])
+    @queue.handler(TOPIC, concurrency=4, timeout=10, retry=[1, 5, 30])
     def send_refund(job: Job) -> str:
         db = _provider()
         try:

@@ -658,3 +658,16 @@ def test_the_cli_page_lists_every_simulator_exit_code() -> None:
     section = text.split("## redelay simulate", 1)[1]
     for failure, code in EXIT_CODES.items():
         assert f"| {code} | `{failure.value}`" in section, failure
+
+
+def test_the_chaos_drain_waits_for_your_longest_retry_schedule() -> None:
+    from simulations.chaos_settings import derive
+    from simulations.det_settings import TopicPlan
+
+    settings = derive(1, 40)
+    own = max(sum(t.retry_ms) for t in settings.topics)
+    slow = TopicPlan("t", 4, 10_000, settings.topics[0].lease_ms, (5_000, 60_000, 600_000))
+    longer = settings.with_topics((slow,))
+    assert longer.drain_limit_s == settings.drain_limit_s + (665_000 - own) / 1000
+    fast = TopicPlan("t", 4, 10_000, settings.topics[0].lease_ms, (0,))
+    assert settings.with_topics((fast,)).drain_limit_s == settings.drain_limit_s

@@ -18,6 +18,7 @@ from actors.errors import (
     NotReplicatedError,
     PartialAddError,
     RedelayError,
+    RedisFullError,
     RedisServerNotFound,
     ValidationError,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "NotReplicatedError",
     "PartialAddError",
     "RedelayError",
+    "RedisFullError",
     "RedisServerNotFound",
     "RedisSyncedClock",
     "Retry",

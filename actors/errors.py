@@ -84,3 +84,18 @@ class NotReplicatedError(RedelayError):
             f"{len(jobs)} jobs were added on the master but only {acked} of {wanted} replicas "
             "acknowledged them in time; they are lost if the master fails before replicating"
         )
+
+
+class RedisFullError(RedelayError):
+    """Redis is over its ``maxmemory`` (with ``noeviction``) and refused to store more; nothing
+    was written. Delivery goes on (workers carry, lease and ack, which frees memory): retry later,
+    purge dead jobs, shorten audit retention or raise ``maxmemory``."""
+
+    def __init__(self, doing: str, detail: str = "") -> None:
+        self.doing = doing
+        text = (
+            f"Redis is full: used memory is over 'maxmemory', so {doing} was refused and nothing "
+            "was written; workers keep delivering and acking, which frees memory (or raise "
+            "maxmemory, purge dead jobs, shorten audit retention)"
+        )
+        super().__init__(f"{text} [{detail}]" if detail else text)

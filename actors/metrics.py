@@ -156,9 +156,11 @@ class RedisCollector:
         self,
         stats: Callable[[], Mapping[str, Mapping[str, int]]],
         health: Callable[[], Mapping[str, Any]] | None = None,
+        memory: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self._stats = stats
         self._health = health
+        self._memory = memory
 
     def collect(self) -> Iterable[Metric]:
         jobs = GaugeMetricFamily(
@@ -180,6 +182,16 @@ class RedisCollector:
             up.add_metric([], 1)
         yield jobs
         yield up
+        if self._memory is not None:
+            full = GaugeMetricFamily(
+                "redelay_redis_full",
+                "1 when Redis is over its maxmemory (adds are refused, delivery goes on), else 0.",
+            )
+            try:
+                full.add_metric([], 1 if self._memory()["full"] else 0)
+            except redis.RedisError as exc:
+                log.warning("metrics: reading Redis's memory failed: %s", exc)
+            yield full
         if self._health is not None:
             restarts = CounterMetricFamily(
                 "redelay_actor_restarts",
@@ -187,7 +199,8 @@ class RedisCollector:
                 labels=["actor"],
             )
             for actor, report in sorted(self._health().items()):
-                restarts.add_metric([actor], report.get("restarts", 0))
+                if "restarts" in report:  # a supervised actor, not the "redis" entry
+                    restarts.add_metric([actor], report["restarts"])
             yield restarts
 
 
@@ -205,15 +218,19 @@ def registry(queue: DelayQueue) -> CollectorRegistry:
     made = CollectorRegistry()
     recorder = PrometheusRecorder(made)
     made.register(recorder)
-    made.register(RedisCollector(queue.stats, queue.health))
+    made.register(RedisCollector(queue.stats, queue.health, queue.store.memory))
     queue._recorder = recorder
     return made
 
 
-def redis_registry(stats: Callable[[], Mapping[str, Mapping[str, int]]]) -> CollectorRegistry:
-    """Only the Redis-read gauges, from ``stats`` (e.g. ``store.stats``; ``redelay metrics``)."""
+def redis_registry(
+    stats: Callable[[], Mapping[str, Mapping[str, int]]],
+    memory: Callable[[], Mapping[str, Any]] | None = None,
+) -> CollectorRegistry:
+    """Only the Redis-read gauges, from ``stats`` (e.g. ``store.stats``; ``redelay metrics``)
+    and ``memory`` (``store.memory``)."""
     made = CollectorRegistry()
-    made.register(RedisCollector(stats))
+    made.register(RedisCollector(stats, memory=memory))
     return made
 
 

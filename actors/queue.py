@@ -29,7 +29,7 @@ from actors import _constants as c
 from actors import _validation as validation
 from actors._signals import wait_for_event
 from actors.clock import Clock, RedisSyncedClock
-from actors.errors import ConfigError, ValidationError
+from actors.errors import ConfigError, RedisFullError, ValidationError
 from actors.job import Job
 from actors.replay import history as replay_history
 from actors.runtime._hooks import FailureHooks
@@ -411,9 +411,14 @@ class DelayQueue:
         if self._system is not None:
             raise ConfigError("already started")
         for spec in self._handlers.values():
-            self.store.configure_topic(
-                spec.topic, spec.topic_config(self.store.default_topic_config)
-            )
+            try:
+                self.store.configure_topic(
+                    spec.topic, spec.topic_config(self.store.default_topic_config)
+                )
+            except RedisFullError as exc:
+                # A full Redis is drained by workers: start, with the defaults stored before
+                # (or the built-in ones) for this topic's leases and retries, until memory frees.
+                log.warning("%s; starting anyway", exc)
         self._system = ActorSystem(
             self.store,
             self.clock,
@@ -484,10 +489,15 @@ class DelayQueue:
         """Per supervised unit ("watchdog", "carrier", "sweeper", "topic:<name>"): alive,
         restarts, last error, when it was last restarted; a topic also ``timed_out_slots``
         (slots held by handlers that ran over their timeout) and ``timed_out_since_ms`` (when the
-        oldest of them did, or None). Empty when not started."""
+        oldest of them did, or None); and "redis": ``full`` (over ``maxmemory``: adds are
+        refused, delivery goes on), ``used_memory``, ``maxmemory``. Empty when not started."""
         if self._system is None:
             return {}
         report = self._system.health()
+        try:
+            report["redis"] = self.store.memory()
+        except redis.RedisError as exc:
+            report["redis"] = {"full": None, "error": repr(exc)}
         for name, ref in self._system.refs().items():
             if not name.startswith("pool:"):
                 continue

@@ -19,7 +19,7 @@ import pytest
 import redis
 from conftest import redis_binaries
 
-from actors import FakeClock, Store, TopicConfig
+from actors import FakeClock, RedisFullError, Store, TopicConfig
 from actors import _constants as c
 from actors.model import Event
 from actors.server.embedded import RedisProcess
@@ -463,7 +463,7 @@ def refused_when_full(server: RedisProcess) -> set[str]:
     for name, call in calls.items():
         try:
             call()
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisFullError) as exc:
             assert "maxmemory" in str(exc), exc
             refused.add(name)
     return refused

@@ -181,6 +181,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
     audit_entries = store.audit_length()
+    memory = store.memory()
     used = ctx.namespace_used(counts, audit_entries)
     # A typo in --namespace would otherwise look like an idle queue: say so. The exit stays 0
     # (docs/cli.md): a new deployment's monitoring polls stats before the first job too.
@@ -198,6 +199,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
                 "totals": totals,
                 "next_due_ms": next_due_ms,
                 "audit_entries": audit_entries,
+                "redis": memory,
             }
         )
         return Exit.OK
@@ -207,4 +209,9 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     now_ms = store.clock.now_ms()
     due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
     print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")
+    if memory["full"]:
+        print(
+            f"Redis is full: used_memory {memory['used_memory']}, maxmemory "
+            f"{memory['maxmemory']}; adds are refused, workers keep delivering"
+        )
     return Exit.OK

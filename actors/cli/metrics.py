@@ -32,8 +32,10 @@ def run_metrics(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error(f"metrics: {INSTALL_HINT}") from None
     # Read before printing, so that a Redis error ends the command like any other (exit 3 or 7)
     # instead of a document that says redelay_redis_up 0.
-    counts = ctx.store().stats()
-    registry = metrics.redis_registry(lambda: counts)
+    store = ctx.store()
+    counts = store.stats()
+    memory = store.memory()
+    registry = metrics.redis_registry(lambda: counts, lambda: memory)
     if ctx.json:
         print_json(metrics.samples(registry))
     else:

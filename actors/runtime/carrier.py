@@ -16,6 +16,7 @@ from typing import Any
 import pykka
 import redis
 
+from actors import _constants as c
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
@@ -50,6 +51,9 @@ class Carrier(RedelayActor):
         self.carries = 0
         self.reasons: Counter[str] = Counter()
         self.notifier = notifier
+        self.redis_full = False
+        self._memory_checked_ms: int | None = None
+        self._full_logged_ms: int | None = None
 
     def started(self) -> None:
         # Watch first, then carry: a wake published before the watch is found by that carry.
@@ -77,11 +81,13 @@ class Carrier(RedelayActor):
                 "next_ms": self.timer_at_ms,
                 "failures": self.backoff.failures,
                 "reasons": dict(self.reasons),
+                "redis_full": self.redis_full,
             }
         return None
 
     def _carry(self) -> None:
         try:
+            self._check_memory()
             for _ in range(_ROUNDS_PER_MESSAGE):
                 moved, next_due = self.store.carry(self.batch)
                 self.carries += 1
@@ -97,6 +103,35 @@ class Carrier(RedelayActor):
             return
         self.backoff.redis_ok()
         self._sleep_until(next_due)
+
+    def _check_memory(self) -> None:
+        """Every REDIS_FULL_CHECK_MS: is Redis over maxmemory? Then trim the audit streams (the
+        history goes before the jobs) and say so once a minute. Carry, lease and ack still run
+        on a full Redis (see actors/storage/scripts.py); only adds are refused."""
+        now = self.clock.now_ms()
+        if self._memory_checked_ms is not None and now - self._memory_checked_ms < (
+            c.REDIS_FULL_CHECK_MS
+        ):
+            return
+        self._memory_checked_ms = now
+        memory = self.store.memory()
+        if not memory["full"]:
+            if self.redis_full:
+                log.warning("Redis is no longer full: adds are accepted again")
+            self.redis_full, self._full_logged_ms = False, None
+            return
+        self.redis_full = True
+        self.store.trim_audit(c.REDIS_FULL_AUDIT_KEEP)
+        if self._full_logged_ms is None or now - self._full_logged_ms >= c.REDIS_FULL_LOG_MS:
+            self._full_logged_ms = now
+            log.warning(
+                "Redis is full (used_memory %d, maxmemory %d): adds are refused, delivery goes "
+                "on and frees memory as jobs are acked; audit streams trimmed to about %d "
+                "entries per shard (logged once a minute while full)",
+                memory["used_memory"],
+                memory["maxmemory"],
+                c.REDIS_FULL_AUDIT_KEEP,
+            )
 
     def _wake(self, due_ms: int) -> None:
         if due_ms <= self.clock.now_ms():

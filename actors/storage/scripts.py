@@ -10,6 +10,14 @@ from two kinds of directive line:
 - ``-- @constant <NAME>`` becomes ``local NAME = <value>`` with the value of ``NAME`` in
   :mod:`actors._constants`, so key names and defaults the scripts share with Python are written
   once, there.
+
+A full Redis (``maxmemory`` reached, ``noeviction``) must keep delivering: the jobs it holds are
+what frees memory once they are acked. Redis refuses a script without a shebang at its first write
+command that may use memory (XADD, RPUSH, HSET...), and lets every later write through; a first
+write that cannot grow memory (DEL) passes. So the scripts in :data:`MEMORY_FLAGS` start with a
+DEL of a key that never exists, and keep running when Redis is full, while ``add`` and ``replace``
+are refused before writing anything. Redis 7's ``#!lua flags=allow-oom`` shebang says the same
+thing, but Redis 6.2 cannot compile a shebang, and one source for both keeps one SHA per script.
 """
 
 from __future__ import annotations
@@ -31,8 +39,27 @@ _NAME_RE = re.compile(r"^(?P<name>[a-z_]+)-(?P<keys>\d+)\.lua$")
 _PLAIN_STRING_RE = re.compile(r"^[A-Za-z0-9_.:|-]*$")
 
 
+# The scripts that move or remove jobs and run when Redis is full; adds and replaces are refused.
+MEMORY_FLAGS: frozenset[str] = frozenset(
+    {"carry", "lease", "ack", "fail", "expire", "extend", "release", "cancel", "purge", "requeue"}
+)
+# Prepended to those scripts: a write that uses no memory, so later writes pass the OOM check.
+# ARGV[4] is the shard's key prefix (see _lib.lua), so the key is in the shard's slot; pcall,
+# because during a slot migration it fails and _lib.lua's probe then answers TRYAGAIN.
+_ALLOW_FULL_PROLOGUE = (
+    f"redis.pcall('DEL', ARGV[4] .. '{_constants.SLOT_PROBE_KEY}')"
+    "  -- runs when Redis is full: see actors/storage/scripts.py\n"
+)
+
+
 class ScriptSourceError(Exception):
     """The Lua sources cannot be put together: a missing include, a cycle, an unknown constant."""
+
+
+def refused_for_memory(exc: BaseException) -> bool:
+    """Whether Redis refused a command or script because it is over ``maxmemory``: redis-py's
+    OutOfMemoryError on Redis 7, a ResponseError quoting the script's -OOM reply on 6.2."""
+    return isinstance(exc, redis.ResponseError) and "used memory > 'maxmemory'" in str(exc)
 
 
 def lua_dir() -> Path:
@@ -90,8 +117,19 @@ def load_sources(directory: Path) -> dict[str, tuple[int, str]]:
         match = _NAME_RE.match(path.name)
         if match is None:
             continue  # helpers such as _lib.lua are only included
-        found[match["name"]] = (int(match["keys"]), expand(directory, path.name))
+        source = expand(directory, path.name)
+        if match["name"] in MEMORY_FLAGS:
+            source = allow_full(source)
+        found[match["name"]] = (int(match["keys"]), source)
     return found
+
+
+def allow_full(source: str) -> str:
+    """``source`` with the prologue that lets it run on a full Redis, after its contract header
+    (the leading comment lines), before its first statement."""
+    lines = source.splitlines(keepends=True)
+    first = next((n for n, line in enumerate(lines) if not line.startswith("--")), len(lines))
+    return "".join([*lines[:first], _ALLOW_FULL_PROLOGUE, *lines[first:]])
 
 
 @cache

@@ -46,6 +46,7 @@ from actors.errors import (
     JobExistsError,
     NotReplicatedError,
     PartialAddError,
+    RedisFullError,
     ValidationError,
 )
 from actors.lifecycle import State
@@ -60,6 +61,7 @@ from actors.storage.namespace_config import (
     stored_shards,
 )
 from actors.storage.script_batch import ScriptBatch, WaitFor
+from actors.storage.scripts import refused_for_memory
 from actors.values import (
     AuditRetention,
     Durability,
@@ -249,7 +251,16 @@ class Store:
         self.topic_configs[topic] = config
         blob = self._topic_config_blob(topic)
         for keys in self.shard_keys:
-            self.client.hset(keys.topics, topic, blob)
+            # Unchanged defaults are not written again, so a worker restarting on a full Redis
+            # (which refuses the HSET) can start.
+            if self.client.hget(keys.topics, topic) == blob:
+                continue
+            try:
+                self.client.hset(keys.topics, topic, blob)
+            except redis.ResponseError as exc:
+                if refused_for_memory(exc):
+                    raise RedisFullError(f"storing the defaults of topic {topic!r}", str(exc)) from exc
+                raise
 
     @_cluster_errors
     def stored_topic_config(self, topic: str) -> TopicConfig | None:
@@ -291,12 +302,18 @@ class Store:
             for s, idx in groups.items()
         }
         acked: int | None = None
-        if self.durability is None:
-            replies = self._run(shard_calls)
-        else:
-            wait = WaitFor(self.durability.replicas, self.durability.timeout_ms)
-            sent, acked = self._batch.run_durable(list(shard_calls.values()), wait)
-            replies = dict(zip(shard_calls, sent, strict=True))
+        try:
+            if self.durability is None:
+                replies = self._run(shard_calls)
+            else:
+                wait = WaitFor(self.durability.replicas, self.durability.timeout_ms)
+                sent, acked = self._batch.run_durable(list(shard_calls.values()), wait)
+                replies = dict(zip(shard_calls, sent, strict=True))
+        except redis.ResponseError as exc:
+            # The add script's first write is refused, so a refused add wrote nothing.
+            if refused_for_memory(exc):
+                raise RedisFullError("add", str(exc)) from exc
+            raise
         results: list[str] = ["new"] * len(jobs)
         existing: list[tuple[str, str]] = []
         added: list[tuple[str, str]] = []
@@ -664,6 +681,31 @@ class Store:
     def dead_keys(self, topic: str | None = None, chunk: int = 1_000) -> Iterator[tuple[str, str]]:
         """Every dead (topic, id) of every shard, optionally of one topic, read in chunks."""
         return reads.dead_keys(self.client, self.shard_keys, topic, chunk)
+
+    @_cluster_errors
+    def memory(self) -> dict[str, Any]:
+        """``used_memory`` and ``maxmemory`` (0: no limit) of the fullest node, and ``full``:
+        whether it is within 1% of its limit or over it (INFO memory, one call per node).
+
+        Redis refuses an add when its memory, with the add's own request buffered, is over the
+        limit, and subtracts buffers INFO counts: right after a refusal ``used_memory`` may be a
+        little under ``maxmemory``, hence the 1%."""
+        if isinstance(self.client, RedisCluster):
+            found = self.client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+            infos = [found] if "used_memory" in found else list(found.values())
+        else:
+            infos = [self.client.info("memory")]
+        nodes = [(int(i["used_memory"]), int(i.get("maxmemory", 0))) for i in infos]
+        used, limit = max(nodes, key=lambda n: n[0] / n[1] if n[1] else 0.0)
+        full = limit > 0 and used >= limit * (1 - c.REDIS_FULL_MARGIN)
+        return {"used_memory": used, "maxmemory": limit, "full": full}
+
+    @_cluster_errors
+    def trim_audit(self, keep: int) -> None:
+        """Trims every shard's audit stream to about its newest ``keep`` entries: XTRIM frees
+        memory and Redis runs it when full, so a full Redis sheds history before anything else."""
+        for keys in self.shard_keys:
+            self.client.xtrim(keys.audit, maxlen=keep, approximate=True)
 
     @_cluster_errors
     def audit_length(self, shard: int | None = None) -> int:

@@ -69,10 +69,11 @@ DEFAULT_LEASE_MS: Final = 30_000
 DEFAULT_AUDIT_MAXLEN: Final = 1_000_000
 # A full Redis (over maxmemory): how often the carrier reads INFO memory, how often it says so in
 # the log, and how many audit entries per shard it keeps while full (history goes before jobs).
-REDIS_FULL_CHECK_MS: Final = 5_000
+REDIS_FULL_CHECK_MS: Final = 1_000
 REDIS_FULL_LOG_MS: Final = 60_000
-REDIS_FULL_AUDIT_KEEP: Final = 10_000
+REDIS_FULL_AUDIT_KEEP: Final = 1_000
 REDIS_FULL_MARGIN: Final = 0.01  # "full" from 1% under maxmemory: see Store.memory
+REDIS_FULL_CLEAR_MARGIN: Final = 0.1  # and until 10% under it
 
 DEFAULT_CARRY_BATCH: Final = 1_000
 DEFAULT_SHARDS: Final = 1

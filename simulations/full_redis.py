@@ -1,7 +1,7 @@
 """A full Redis drains itself: measures how, on every Redis binary found.
 
 A worker (``--concurrency`` handlers) runs on a private redis-server; ``--jobs`` jobs are added,
-due ``--delay-s`` later; then ``maxmemory`` is set ``--headroom-bytes`` above ``used_memory``
+due ``--delay-s`` after the adds end; then ``maxmemory`` is set ``--headroom-bytes`` above ``used_memory``
 (``noeviction``), so Redis is full by the time they fall due. Printed per binary: how long the
 worker took from the first due time to the last delivery, the peak of ``used_memory`` above
 ``maxmemory`` meanwhile (sampled every 5 ms by another connection), whether every job was
@@ -34,6 +34,7 @@ from actors.server.embedded import RedisProcess, candidate_binaries, server_vers
 TOPIC = "orders"
 BATCH_JOBS = 1_000
 SAMPLE_S = 0.005
+ADD_RATE_PER_S = 4_000  # a slow machine's; the jobs fall due --delay-s after that long
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,15 @@ def drain(server: RedisProcess, client: redis.Redis, jobs: int, concurrency: int
     queue.handler(TOPIC, concurrency=concurrency)(handle)
     queue.start()
     try:
-        due_at = time.time() + delay_s
+        # Due --delay-s after the adds end (time allowed: ADD_RATE), so Redis is full before.
+        due_at = time.time() + jobs / ADD_RATE_PER_S + delay_s
         for first in range(0, jobs, BATCH_JOBS):
             queue.add_many(
                 {"topic": TOPIC, "id": f"j{n}", "body": {"order": n}, "at": due_at}
                 for n in range(first, min(first + BATCH_JOBS, jobs))
             )
+        if time.time() > due_at - delay_s / 2:
+            raise SystemExit(f"adding {jobs} jobs took too long (machine busy?): rerun")
         maxmemory = int(client.info("memory")["used_memory"]) + headroom
         client.config_set("maxmemory", maxmemory)
         sampler = MemorySampler(server.client())
@@ -114,11 +118,10 @@ def drain(server: RedisProcess, client: redis.Redis, jobs: int, concurrency: int
         drain_s = time.time() - due_at if drained else None
         sampler.done.set()
         sampler.join()
-        left = sum(
-            count
-            for state, count in queue.stats().get(TOPIC, {}).items()
-            if state != "delayed"  # the extra jobs wait an hour
-        )
+        # The last handlers have run; their acks may still be on the way.
+        left_by = time.monotonic() + 10
+        while (left := unfinished(queue)) and time.monotonic() < left_by:
+            time.sleep(0.05)
     finally:
         queue.stop(grace=10)
     return Result(
@@ -134,6 +137,12 @@ def drain(server: RedisProcess, client: redis.Redis, jobs: int, concurrency: int
         delivered_twice=sum(1 for count in seen.values() if count > 1),
         left_in_redis=left,
     )
+
+
+def unfinished(queue: DelayQueue) -> int:
+    """Jobs of the run still in Redis (the extra ones wait an hour in the delayed set)."""
+    states = queue.stats().get(TOPIC, {})
+    return sum(count for state, count in states.items() if state != "delayed")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -94,6 +94,8 @@ class Carrier(RedelayActor):
                 self.carried += moved
                 if moved < self.batch:
                     break
+                # A backlog: each full batch writes as many audit events, so look again now.
+                self._check_memory(every_ms=0)
             else:
                 self.actor_ref.tell(Carry("more"))  # a big backlog: let other messages in
                 return
@@ -104,14 +106,13 @@ class Carrier(RedelayActor):
         self.backoff.redis_ok()
         self._sleep_until(next_due)
 
-    def _check_memory(self) -> None:
-        """Every REDIS_FULL_CHECK_MS: is Redis over maxmemory? Then trim the audit streams (the
-        history goes before the jobs) and say so once a minute. Carry, lease and ack still run
+    def _check_memory(self, every_ms: int = c.REDIS_FULL_CHECK_MS) -> None:
+        """At most every ``every_ms``: is Redis full? Then trim the audit streams (the history
+        goes before the jobs; the store's scripts keep it short while full) and say so once a
+        minute. Carry, lease and ack still run
         on a full Redis (see actors/storage/scripts.py); only adds are refused."""
         now = self.clock.now_ms()
-        if self._memory_checked_ms is not None and now - self._memory_checked_ms < (
-            c.REDIS_FULL_CHECK_MS
-        ):
+        if self._memory_checked_ms is not None and now - self._memory_checked_ms < every_ms:
             return
         self._memory_checked_ms = now
         memory = self.store.memory()

@@ -88,6 +88,7 @@ class RedisProcess:
         appendfsync: str = "everysec",
         extra_args: tuple[str, ...] = (),
         new_session: bool = False,
+        umask: int = -1,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -98,6 +99,9 @@ class RedisProcess:
         # A server in its own session does not get the terminal's Ctrl-C, so the command using it
         # can still ack or release its jobs while it shuts down.
         self.new_session = new_session
+        # The embedded default passes 0o077: the files Redis writes (append-only, log, dumps)
+        # hold job bodies, so only their owner may read them. -1 keeps the caller's umask.
+        self.umask = umask
         self.socket_path = str(self.directory / "redis.sock")
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -128,10 +132,10 @@ class RedisProcess:
             with open(self.directory / "redis.log", "ab") as output:
                 self.process = subprocess.Popen(
                     args, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                    start_new_session=True,
+                    start_new_session=True, umask=self.umask,
                 )  # fmt: skip
         else:
-            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, umask=self.umask)
         deadline = time.monotonic() + timeout_s
         probe = self.client(socket_timeout=1)
         try:

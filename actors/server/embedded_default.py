@@ -19,6 +19,11 @@ A server left behind by a process that was killed (SIGKILL skips ``atexit``) kee
 own session; the next ``start_embedded`` on that directory finds it answering on the socket and
 reuses it, and the last user then shuts it down.
 
+The directory holds every job body (orders, e-mail addresses), so it is private to its owner:
+created 0700, its files 0600 and its subdirectories 0700, made so again on every start (a
+directory from an older version, or copied with other modes), and redis-server runs with umask
+077 so the files it writes later (an AOF rewrite) are born private.
+
 The directory's data belongs to the redis-server version that first served it (recorded in
 ``server-version.json``): a server is only ever started with a binary of that version, so a
 change of ``PATH`` cannot make a second dataset appear (see :mod:`actors.server.ownership`).
@@ -50,6 +55,9 @@ DEFAULT_DATA_DIR = ".redelay"
 START_LOCK = "start.lock"
 USERS_LOCK = "users.lock"
 SOCKET_NAME = "redis.sock"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_UMASK = 0o077
 # A Unix socket path must fit sun_path: 108 bytes on Linux, 104 on macOS. Longer data-dir paths
 # get their socket in a per-user temp directory named from the data dir, so every process finds it.
 SOCKET_PATH_MAX_CHARS = 100
@@ -71,6 +79,21 @@ def socket_path_for(data_dir: Path) -> str:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         raise RuntimeError(f"{short_dir} is not a directory owned by this user; remove it")
     return str(short_dir / SOCKET_NAME)
+
+
+def make_private(directory: Path) -> None:
+    """``directory`` and everything in it readable by its owner only (symlinks not followed:
+    what they point at is not ours to change)."""
+    os.chmod(directory, PRIVATE_DIR_MODE)
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            path = Path(root) / name
+            if not path.is_symlink():
+                os.chmod(path, PRIVATE_DIR_MODE)
+        for name in files:
+            path = Path(root) / name
+            if not path.is_symlink() and not stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.chmod(path, PRIVATE_FILE_MODE)
 
 
 def _answering(socket_path: str, timeout_s: float) -> bool:
@@ -222,9 +245,13 @@ def start_embedded(
     those found is the version that owns the directory's data.
     """
     directory = Path(data_dir).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    make_private(directory)
     socket_path = socket_path_for(directory)
-    users = open(directory / USERS_LOCK, "a+b")  # noqa: SIM115 -- held until stop()
+    users = os.fdopen(  # held until stop()
+        os.open(directory / USERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE),
+        "a+b",
+    )
     try:
         with _exclusive(directory / START_LOCK):
             # Never blocks: an exclusive holder of users.lock holds start.lock too.
@@ -237,7 +264,10 @@ def start_embedded(
                 chosen, version = choose_binary(directory, binary)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(socket_path)  # left by a server that died
-                process = RedisProcess(directory, binary=chosen, appendonly=True, new_session=True)
+                process = RedisProcess(
+                    directory, binary=chosen, appendonly=True, new_session=True,
+                    umask=PRIVATE_UMASK,
+                )  # fmt: skip
                 process.socket_path = socket_path
                 try:
                     process.start(timeout_s)
@@ -245,6 +275,7 @@ def start_embedded(
                     process.kill()
                     raise
                 record_owner(directory, version, chosen)
+            make_private(directory)  # the locks, log and version record written since
     except BaseException:
         users.close()
         raise

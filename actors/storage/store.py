@@ -132,6 +132,8 @@ class Store:
         self._batch = ScriptBatch(client)
         self._rotation: dict[str, Iterator[int]] = defaultdict(itertools.count)
         self._rotation_lock = threading.Lock()
+        # Set by memory(): while Redis is full, scripts trim the audit to REDIS_FULL_AUDIT_KEEP.
+        self.redis_full = False
 
     @property
     def shard_count(self) -> int:
@@ -184,6 +186,8 @@ class Store:
     def _now(self) -> CallTime:
         """The clock, read once for every shard's call of one operation."""
         now_ms = self.clock.now_ms()
+        if self.redis_full:  # history goes before jobs: every transition trims it short
+            return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP))
         kind, threshold = self.retention.args(now_ms)
         return CallTime(now_ms, kind, threshold)
 
@@ -685,7 +689,9 @@ class Store:
     @_cluster_errors
     def memory(self) -> dict[str, Any]:
         """``used_memory`` and ``maxmemory`` (0: no limit) of the fullest node, and ``full``:
-        whether it is within 1% of its limit or over it (INFO memory, one call per node).
+        whether it is within 1% of its limit or over it, and once full, until it is 10% under
+        it (INFO memory, one call per node). While full, this store's scripts trim the audit
+        stream to ``REDIS_FULL_AUDIT_KEEP`` entries.
 
         Redis refuses an add when its memory, with the add's own request buffered, is over the
         limit, and subtracts buffers INFO counts: right after a refusal ``used_memory`` may be a
@@ -697,8 +703,11 @@ class Store:
             infos = [self.client.info("memory")]
         nodes = [(int(i["used_memory"]), int(i.get("maxmemory", 0))) for i in infos]
         used, limit = max(nodes, key=lambda n: n[0] / n[1] if n[1] else 0.0)
-        full = limit > 0 and used >= limit * (1 - c.REDIS_FULL_MARGIN)
-        return {"used_memory": used, "maxmemory": limit, "full": full}
+        # Hysteresis: trimming the audit frees memory at once, and a flag that cleared then
+        # would let the next transitions write long history again.
+        margin = c.REDIS_FULL_CLEAR_MARGIN if self.redis_full else c.REDIS_FULL_MARGIN
+        self.redis_full = limit > 0 and used >= limit * (1 - margin)
+        return {"used_memory": used, "maxmemory": limit, "full": self.redis_full}
 
     @_cluster_errors
     def trim_audit(self, keep: int) -> None:

@@ -28,6 +28,8 @@ log = logging.getLogger("actors.carrier")
 
 # Most carry calls per message before yielding the mailbox to other messages (e.g. a stop).
 _ROUNDS_PER_MESSAGE = 20
+# The memory check's "last checked" time when it may not run (no permission for INFO).
+_NEVER_AGAIN_MS = 2**62
 
 
 class Carrier(RedelayActor):
@@ -115,7 +117,13 @@ class Carrier(RedelayActor):
         if self._memory_checked_ms is not None and now - self._memory_checked_ms < every_ms:
             return
         self._memory_checked_ms = now
-        memory = self.store.memory()
+        try:
+            memory = self.store.memory()
+        except redis.exceptions.NoPermissionError as exc:
+            # An ACL user without +info: delivery must not wait on it (docs/operations.md).
+            log.warning("cannot read INFO memory (%s): a full Redis will not be noticed", exc)
+            self._memory_checked_ms = _NEVER_AGAIN_MS
+            return
         if not memory["full"]:
             if self.redis_full:
                 log.warning("Redis is no longer full: adds are accepted again")

@@ -1,0 +1,108 @@
+"""Passwords and TLS end to end: ``rediss://`` with a password, a certificate made here.
+
+The certificate is a self-signed CA-less one made with the openssl command for 127.0.0.1; the
+client verifies it (``ssl_ca_certs`` in the URL). Redis 6.2 from the embedded extra is built
+without TLS: only the binaries that accept ``--tls-port`` are used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from _wait import wait_until
+from conftest import redis_binaries
+
+from actors import DelayQueue, Job
+from actors.cli.app import main
+from actors.server.embedded import RedisProcess
+
+PASSWORD = "tls-pw"
+
+
+def has_tls(binary: str) -> bool:
+    """Whether the binary was built with TLS (it then accepts --tls-port in a config test)."""
+    result = subprocess.run(
+        [binary, "--tls-port", "0", "--port", "0", "--test-memory", "1"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    return "tls" not in (result.stdout + result.stderr).lower()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "redis.crt", directory / "redis.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(params=redis_binaries())
+def tls_url(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_factory: Callable[..., RedisProcess]
+) -> str:
+    binary = request.param
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate with")
+    if not has_tls(binary):
+        pytest.skip(f"{binary} is built without TLS")
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    server = redis_factory(
+        binary=binary,
+        extra_args=(
+            "--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+            "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
+        ),
+    )  # fmt: skip
+    admin = server.client()
+    admin.config_set("requirepass", PASSWORD)  # after start: its readiness probe has none
+    admin.close()
+    return f"rediss://:{PASSWORD}@127.0.0.1:{port}/0?ssl_ca_certs={cert}"
+
+
+def test_a_wrong_password_or_no_tls_is_refused(tls_url: str) -> None:
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(tls_url.replace(PASSWORD, "wrong")).ping()
+    with pytest.raises(redis.ConnectionError):
+        plain = tls_url.replace("rediss://", "redis://").split("?")[0]
+        redis.Redis.from_url(plain, socket_timeout=2).ping()
+
+
+def test_producer_worker_and_cli_over_tls_with_a_password(
+    tls_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queue = DelayQueue(tls_url, namespace="tls")
+    seen: list[str] = []
+
+    def handle(job: Job) -> None:
+        seen.append(job.id)
+
+    queue.handler("t", concurrency=4)(handle)
+    queue.start()
+    try:
+        queue.add_many([{"topic": "t", "id": f"j{n}", "delay": 0.05} for n in range(20)])
+        wait_until(lambda: len(seen) == 20, what="20 jobs delivered over TLS")
+    finally:
+        began = time.monotonic()
+        report = queue.stop(grace=2)
+        assert time.monotonic() - began < 2, report
+    assert sorted(seen) == sorted(f"j{n}" for n in range(20))
+    assert main(["stats", "--redis", tls_url, "--namespace", "tls", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["ready"] == 0

@@ -34,7 +34,7 @@ def documented_acl_line() -> list[str]:
 def acl_url(request: pytest.FixtureRequest, redis_factory: Callable[..., RedisProcess]) -> str:
     server = redis_factory(binary=request.param)
     admin = server.client()
-    admin.execute_command("ACL", "SETUSER", *documented_acl_line())
+    admin.execute_command("ACL", "SETUSER", *documented_acl_line())  # type: ignore[no-untyped-call]
     admin.close()
     user = documented_acl_line()[0]
     return f"unix://{user}:{PASSWORD.replace(' ', '%20')}@{server.socket_path}"
@@ -52,7 +52,7 @@ def test_the_user_is_really_restricted(acl_url: str) -> None:
     with pytest.raises(redis.exceptions.NoPermissionError):
         client.set("other-app:key", "v")
     with pytest.raises(redis.exceptions.NoPermissionError):
-        client.execute_command("CLIENT", "KILL", "ID", "1")
+        client.execute_command("CLIENT", "KILL", "ID", "1")  # type: ignore[no-untyped-call]
     client.close()
 
 
@@ -129,7 +129,8 @@ def test_without_info_the_worker_delivers_and_says_once_it_cannot_see_memory(
 ) -> None:
     server = redis_factory()
     admin = server.client()
-    admin.execute_command("ACL", "SETUSER", *[w for w in documented_acl_line() if w != "+info"])
+    line = [w for w in documented_acl_line() if w != "+info"]
+    admin.execute_command("ACL", "SETUSER", *line)  # type: ignore[no-untyped-call]
     admin.close()
     url = f"unix://{documented_acl_line()[0]}:{PASSWORD.replace(' ', '%20')}@{server.socket_path}"
     queue = DelayQueue(url, namespace=NAMESPACE)

@@ -92,7 +92,9 @@ def test_stats_and_metrics_say_redis_is_full(
 
     def gauge() -> float:
         registry = redis_registry(store.stats, store.memory)
-        return next(s["value"] for s in samples(registry) if s["name"] == "redelay_redis_full")
+        return float(
+            next(s["value"] for s in samples(registry) if s["name"] == "redelay_redis_full")
+        )
 
     assert gauge() == 0
     fill(client, -10_000)

@@ -263,7 +263,9 @@ class Store:
                 self.client.hset(keys.topics, topic, blob)
             except redis.ResponseError as exc:
                 if refused_for_memory(exc):
-                    raise RedisFullError(f"storing the defaults of topic {topic!r}", str(exc)) from exc
+                    raise RedisFullError(
+                        f"storing the defaults of topic {topic!r}", str(exc)
+                    ) from exc
                 raise
 
     @_cluster_errors

@@ -3,9 +3,10 @@
 A worker (``--concurrency`` handlers) runs on a private redis-server; ``--jobs`` jobs are
 added, due ``--delay-s`` after the adds end; then ``maxmemory`` is set ``--headroom-bytes``
 above ``used_memory`` (``noeviction``), so Redis is full by the time they fall due. Printed
-per binary: how long the worker took from the first due time to the last delivery, the peak of ``used_memory`` above
-``maxmemory`` meanwhile (sampled every 5 ms by another connection), whether every job was
-delivered exactly once and no job is left, and whether an add was refused while full.
+per binary: how long the worker took from the first due time to the last delivery, the peak of
+``used_memory`` above ``maxmemory`` meanwhile (sampled every 5 ms by another connection),
+whether every job was delivered exactly once and none is left, and whether an add was refused
+while full.
 
     python -m simulations.full_redis               # 20,000 jobs, concurrency 32, 20 kB headroom
     python -m simulations.full_redis --json

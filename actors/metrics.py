@@ -199,8 +199,7 @@ class RedisCollector:
                 labels=["actor"],
             )
             for actor, report in sorted(self._health().items()):
-                if "restarts" in report:  # a supervised actor, not the "redis" entry
-                    restarts.add_metric([actor], report["restarts"])
+                restarts.add_metric([actor], report.get("restarts", 0))
             yield restarts
 
 

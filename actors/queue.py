@@ -489,15 +489,17 @@ class DelayQueue:
         """Per supervised unit ("watchdog", "carrier", "sweeper", "topic:<name>"): alive,
         restarts, last error, when it was last restarted; a topic also ``timed_out_slots``
         (slots held by handlers that ran over their timeout) and ``timed_out_since_ms`` (when the
-        oldest of them did, or None); and "redis": ``full`` (over ``maxmemory``: adds are
-        refused, delivery goes on), ``used_memory``, ``maxmemory``. Empty when not started."""
+        oldest of them did, or None); the carrier also "redis": ``full`` (over ``maxmemory``:
+        adds are refused, delivery goes on), ``used_memory``, ``maxmemory``. Empty when not
+        started."""
         if self._system is None:
             return {}
         report = self._system.health()
-        try:
-            report["redis"] = self.store.memory()
-        except redis.RedisError as exc:
-            report["redis"] = {"full": None, "error": repr(exc)}
+        if "carrier" in report:  # the carrier is what watches Redis's memory
+            try:
+                report["carrier"]["redis"] = self.store.memory()
+            except redis.RedisError as exc:
+                report["carrier"]["redis"] = {"full": None, "error": repr(exc)}
         for name, ref in self._system.refs().items():
             if not name.startswith("pool:"):
                 continue

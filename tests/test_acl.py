@@ -68,7 +68,7 @@ def test_producer_worker_and_a_graceful_stop_within_grace(queue: DelayQueue) -> 
     queue.start()
     queue.add_many([{"topic": "t", "id": f"j{n}", "delay": 0.05 * (n % 3)} for n in range(50)])
     wait_until(lambda: len(seen) == 50, what="50 jobs delivered as the ACL user")
-    assert queue.health()["redis"]["full"] is False
+    assert queue.health()["carrier"]["redis"]["full"] is False
     grace_s = 2.0
     began = time.monotonic()
     report = queue.stop(grace=grace_s)
@@ -140,7 +140,7 @@ def test_without_info_the_worker_delivers_and_says_once_it_cannot_see_memory(
     try:
         queue.add_many([{"topic": "t", "id": f"j{n}", "delay": 0.05} for n in range(20)])
         wait_until(lambda: len(seen) == 20, what="20 jobs delivered without +info")
-        assert queue.health()["redis"]["full"] is None
+        assert queue.health()["carrier"]["redis"]["full"] is None
     finally:
         queue.stop(grace=1)
     lines = [r.getMessage() for r in caplog.records if "cannot read INFO memory" in r.getMessage()]

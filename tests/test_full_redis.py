@@ -70,7 +70,9 @@ def test_a_full_redis_drains_itself_and_delivers_every_job_once(
     caplog.set_level(logging.WARNING, logger="actors")
     queue.start()
     try:
-        wait_until(lambda: queue.health()["redis"]["full"], what="health() says Redis is full")
+        wait_until(
+            lambda: queue.health()["carrier"]["redis"]["full"], what="health() says Redis is full"
+        )
         wait_until(lambda: len(seen) == jobs + extra, what=f"all {jobs + extra} jobs delivered")
     finally:
         queue.stop(grace=5)

@@ -97,7 +97,7 @@ class Tracing:
             for job in jobs
         ]
         traced = [
-            replace(job, traceparent=self._traceparent(span))
+            job if (parent := self._traceparent(span)) is None else replace(job, traceparent=parent)
             for job, span in zip(jobs, spans, strict=True)
         ]
         try:

@@ -122,7 +122,8 @@ class Tracing:
     # -- consuming --------------------------------------------------------------------------
 
     def process(self, lease: Lease) -> Span | None:
-        """Starts the consumer span of one attempt (the pool ends it with :func:`finish`)."""
+        """Starts the consumer span of one attempt (the pool ends it with :func:`finish`);
+        None when there is nothing to trace."""
         tracer = self.tracer
         if tracer is None:
             return None
@@ -134,7 +135,7 @@ class Tracing:
             if producer.is_valid:
                 parent = extracted
                 links.append(Link(producer))
-        return tracer.start_span(
+        span = tracer.start_span(
             f"process {lease.topic}",
             context=parent,
             kind=SpanKind.CONSUMER,
@@ -148,6 +149,8 @@ class Tracing:
                 ATTEMPT: lease.attempt,
             },
         )
+        # No SDK installed (yet): an invalid no-op span, which the pool need not carry around.
+        return span if span.get_span_context().is_valid else None
 
 
 def current(span: Span | None) -> AbstractContextManager[Any]:

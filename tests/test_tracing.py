@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from _wait import wait_until
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,7 +26,6 @@ from actors.errors import JobExistsError
 from actors.server.embedded import RedisProcess
 from actors.storage import codec
 from actors.storage.keys import member
-from tests._wait import wait_until
 
 NS = "tracingtest"
 ROOT = Path(__file__).resolve().parent.parent

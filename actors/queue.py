@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.storage.store import open_store
 from actors.storage.topology import RedisClient, connect
+from actors.tracing import Tracing
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
 
 log = logging.getLogger("actors.queue")
@@ -145,7 +147,10 @@ class DelayQueue:
         producer_only: bool = False,
         shards: int | None = None,
         durability: Durability | None = None,
+        tracer_provider: Any = None,
     ) -> None:
+        # First: a tracer_provider without opentelemetry installed is refused before any I/O.
+        self._tracing = Tracing(tracer_provider)
         self._embedded: Any = None
         if redis_source is None:
             from actors.server.embedded_default import start_embedded  # only needed without a URL
@@ -246,7 +251,9 @@ class DelayQueue:
         job = self._new_job(
             topic, job_id, body, delay=delay, at=at, retry=retry, lease=lease, callback=callback
         )
-        return self.store.add(job, replace=replace)
+        if self._tracing.tracer is None:
+            return self.store.add(job, replace=replace)
+        return self._tracing.send([job], partial(self.store.add_many, replace=replace))[0]
 
     def add_many(self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False) -> list[str]:
         """Adds many jobs in one round trip, all or nothing. Each mapping takes add()'s
@@ -282,7 +289,8 @@ class DelayQueue:
                 )
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{n}].{exc.field}", exc.message, exc.limit) from None
-        return self.store.add_many(built, replace=replace)
+        # Traced: one producer span per job (see actors.tracing).
+        return self._tracing.send(built, partial(self.store.add_many, replace=replace))
 
     def cancel(self, topic: str, job_id: str) -> bool:
         """True when the job existed. A leased job is marked: its current run ends it."""
@@ -426,6 +434,7 @@ class DelayQueue:
             self.settings,
             self._recorder,
             hooks=self._hooks,
+            tracing=self._tracing if self._tracing.tracer is not None else None,
         )
         self._stopped.clear()
         try:

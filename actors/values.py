@@ -49,6 +49,7 @@ class NewJob:
     retry_ms: tuple[int, ...] | None = None
     lease_ms: int | None = None
     callback: str | None = None
+    traceparent: str | None = None  # the W3C context of its producer span (actors.tracing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class Lease:
     due_ms: int
     callback: str | None
     lease_ms: int | None
+    traceparent: str | None = None  # the W3C context its add stored (actors.tracing)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -42,11 +43,18 @@ def _redis_cpu_s(client: redis.Redis) -> float:
 
 
 def measure(
-    url: str, namespace: str, jobs: int, concurrency: int, timeout_s: float, metrics: bool = False
+    url: str,
+    namespace: str,
+    jobs: int,
+    concurrency: int,
+    timeout_s: float,
+    metrics: bool = False,
+    tracer_provider: Any = None,
 ) -> Run:
-    """Jobs per second and CPU per job, first handler call to last ack."""
+    """Jobs per second and CPU per job, first handler call to last ack. ``tracer_provider``:
+    the OpenTelemetry provider of the producer and the worker (simulations/observability_cost)."""
     admin = redis.Redis.from_url(url)
-    producer = DelayQueue(url, namespace, producer_only=True)
+    producer = DelayQueue(url, namespace, producer_only=True, tracer_provider=tracer_provider)
     for start in range(0, jobs, _ADD_BATCH):
         producer.add_many(
             {"topic": "speed", "id": str(n)} for n in range(start, min(start + _ADD_BATCH, jobs))
@@ -54,7 +62,7 @@ def measure(
     first_call: list[tuple[float, float, float]] = []  # wall, this process's CPU, Redis CPU
     lock = threading.Lock()
 
-    worker = DelayQueue(url, namespace)
+    worker = DelayQueue(url, namespace, tracer_provider=tracer_provider)
 
     @worker.handler("speed", concurrency=concurrency)
     def handle(job: Job) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from actors import _constants as c
 from actors.job import Job, Retry
+from actors.tracing import Span, current
 from actors.values import Lease
 
 Handler = Callable[[Job], Any]
@@ -27,11 +28,16 @@ class Outcome:
     traceback: str = ""  # its formatted traceback; "" for Retry, which is a choice, not a bug
 
 
-def call_sync(handler: Handler, lease: Lease) -> Outcome:
+def call_sync(handler: Handler, lease: Lease, span: Span | None = None) -> Outcome:
     """Return = ack (a returned str is kept as the ack's detail); Retry = failure with a chosen
-    delay; any other exception, even SystemExit, = failure (the thread lives on)."""
+    delay; any other exception, even SystemExit, = failure (the thread lives on). With a span
+    (tracing), the handler runs with it as the current span."""
     try:
-        result = handler(Job.from_lease(lease))  # a body that is not JSON fails this attempt
+        if span is None:
+            result = handler(Job.from_lease(lease))  # a body that is not JSON fails this attempt
+        else:
+            with current(span):
+                result = handler(Job.from_lease(lease))
     except Retry as retry:
         return Outcome(False, retry.reason, retry.after_ms, retry)
     except BaseException as exc:
@@ -39,10 +45,14 @@ def call_sync(handler: Handler, lease: Lease) -> Outcome:
     return Outcome(True, result if isinstance(result, str) else "")
 
 
-async def call_async(handler: Handler, lease: Lease) -> Outcome:
+async def call_async(handler: Handler, lease: Lease, span: Span | None = None) -> Outcome:
     """Like call_sync for a coroutine handler. Cancellation (a timeout) propagates."""
     try:
-        result = await handler(Job.from_lease(lease))
+        if span is None:
+            result = await handler(Job.from_lease(lease))
+        else:
+            with current(span):
+                result = await handler(Job.from_lease(lease))
     except Retry as retry:
         return Outcome(False, retry.reason, retry.after_ms, retry)
     except Exception as exc:

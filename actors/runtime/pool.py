@@ -13,6 +13,10 @@ are logged when they overrun, and while timed-out handlers hold slots the pool s
 
 Every failed attempt is logged once its fail is stored (WARNING, or ERROR when the job is dead,
 with the traceback) and handed to the queue's failure hooks on the pool's hook thread.
+
+With tracing (actors/tracing.py) each attempt gets a consumer span, started here when the handler
+is handed its thread, current while the handler runs, and ended here once the attempt's outcome
+is stored, so the span says whether the job was acked, retried or dead.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from actors.runtime.messages import (
 )
 from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.storage.store import Store
+from actors.tracing import Span, Tracing, finish
 from actors.values import Lease
 
 log = logging.getLogger("actors.pool")
@@ -65,6 +70,7 @@ class _Running:
     task: Task | None = None
     future: Future[Any] | None = None
     timed_out_ms: int | None = None  # when it overran its timeout
+    span: Span | None = None  # its consumer span, when traced; None once ended
 
     @property
     def timed_out(self) -> bool:
@@ -78,6 +84,8 @@ class _Failure:
     retry_after_ms: int | None
     error: BaseException | None
     traceback: str
+    span: Span | None = None
+    timed_out: bool = False
 
     @property
     def row(self) -> tuple[str, str, str, str, int | None]:
@@ -102,6 +110,7 @@ class ConsumerPool(RedelayActor):
         recorder: Recorder = NO_RECORDER,
         hooks: FailureHooks | None = None,
         stuck_report_ms: int = 60_000,
+        tracing: Tracing | None = None,
     ) -> None:
         super().__init__(f"pool:{topic}", clock, supervisor)
         self.store = store
@@ -118,6 +127,7 @@ class ConsumerPool(RedelayActor):
         self.listener: pykka.ActorRef[Any] | None = None
         self.running: dict[tuple[str, str], _Running] = {}
         self.acks: list[tuple[str, str, str, str]] = []
+        self.ack_spans: list[Span | None] = []  # beside acks: each ack's consumer span
         self.fails: list[_Failure] = []
         self.slots_to_free = 0
         self.flush_pending = False
@@ -140,6 +150,7 @@ class ConsumerPool(RedelayActor):
         self.loop: EventLoopThread | None = None
         self.metrics = recorder.topic(topic)
         self.hook_thread: WorkerThreads | None = None
+        self.tracing = tracing
 
     def started(self) -> None:
         if self.hooks is not None:
@@ -163,6 +174,9 @@ class ConsumerPool(RedelayActor):
 
     def _close_workers(self) -> None:
         self.metrics.busy(0)
+        for running in self.running.values():  # still running at stop: their leases expire
+            finish(running.span, "stopped")
+            running.span = None
         if self.threads is not None:
             self.threads.shutdown()
         if self.loop is not None:
@@ -200,15 +214,17 @@ class ConsumerPool(RedelayActor):
 
     def _run(self, leases: tuple[Lease, ...]) -> None:
         now = self.clock.now_ms()
+        tracing = self.tracing
         for lease in leases:
             lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or self.lease_ms)
-            running = _Running(lease, now, lease_ms)
+            span = None if tracing is None else tracing.process(lease)
+            running = _Running(lease, now, lease_ms, span=span)
             self.running[lease.key] = running
             if self.loop is not None:
-                running.future = self.loop.submit(self._call_async(lease))
+                running.future = self.loop.submit(self._call_async(lease, span))
             else:
                 assert self.threads is not None
-                running.task = self.threads.submit(partial(self._call_sync, lease))
+                running.task = self.threads.submit(partial(self._call_sync, lease, span))
             self.counts["started"] += 1
             self.metrics.started(now - lease.due_ms)
         self.metrics.jobs("leased", len(leases))
@@ -217,14 +233,14 @@ class ConsumerPool(RedelayActor):
             self._release_not_started()
         self._ensure_check()
 
-    def _call_sync(self, lease: Lease) -> None:
+    def _call_sync(self, lease: Lease, span: Span | None) -> None:
         """Runs on a worker thread."""
-        self._report(lease, call_sync(self.handler, lease))
+        self._report(lease, call_sync(self.handler, lease, span))
 
-    async def _call_async(self, lease: Lease) -> None:
+    async def _call_async(self, lease: Lease, span: Span | None) -> None:
         """Runs on the pool's event loop."""
         try:
-            outcome = await call_async(self.handler, lease)
+            outcome = await call_async(self.handler, lease, span)
         except asyncio.CancelledError:
             # Cancelled because it timed out: the report only frees its slot.
             self._report(lease, Outcome(False, "cancelled"))
@@ -265,13 +281,19 @@ class ConsumerPool(RedelayActor):
             topic, job_id = message.key
             if message.ok:
                 self.acks.append((topic, job_id, message.token, message.detail))
+                self.ack_spans.append(running.span)
             else:
                 after_ms = message.retry_after_ms
                 if after_ms is not None:  # Retry checks its delay; this keeps a batch sendable
                     after_ms = min(max(0, after_ms), c.DELAY_MAX_MS)
                 self.fails.append(
                     _Failure(
-                        running.lease, message.detail, after_ms, message.error, message.traceback
+                        running.lease,
+                        message.detail,
+                        after_ms,
+                        message.error,
+                        message.traceback,
+                        running.span,
                     )
                 )
         self._request_flush()
@@ -295,7 +317,11 @@ class ConsumerPool(RedelayActor):
                 self.counts["acked"] += acked
                 self.metrics.jobs("acked", acked)
                 self._count_lost(codes)
+                if self.tracing is not None:
+                    for span, code in zip(self.ack_spans[: len(batch)], codes, strict=True):
+                        finish(span, "ack" if code == ErrorCode.OK else "lost")
                 del self.acks[: len(batch)]
+                del self.ack_spans[: len(batch)]
             while self.fails:
                 fails = self.fails[: c.BATCH_MAX_JOBS]
                 results = self.store.fail_many([f.row for f in fails], [f.traceback for f in fails])
@@ -316,6 +342,7 @@ class ConsumerPool(RedelayActor):
     def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
         """Logs a stored failed attempt and hands it to the hooks. A refused one (its lease was
         lost) is not this worker's failure to report: _count_lost logged it."""
+        finish(failure.span, _span_outcome(failure, result), failure.error)
         if isinstance(result, ErrorCode):
             return
         lease, dead = failure.lease, result == "dead"
@@ -391,7 +418,10 @@ class ConsumerPool(RedelayActor):
                 error = TimeoutError(
                     f"the handler ran over its timeout of {_seconds(self.timeout_ms)}"
                 )
-                self.fails.append(_Failure(running.lease, reason, None, error, stack))
+                self.fails.append(
+                    _Failure(running.lease, reason, None, error, stack, running.span, True)
+                )
+                running.span = None  # the timeout's fail ends it
                 log.warning(
                     "pool %s: job %s attempt %d: the handler ran over its timeout of %s; %s",
                     self.topic,
@@ -479,6 +509,8 @@ class ConsumerPool(RedelayActor):
             return
         for running in withdrawn:
             del self.running[running.lease.key]
+            finish(running.span, "released")
+            running.span = None
         self.metrics.busy(len(self.running))
         # Each release goes to the front of the ready list, so the last one given ends up
         # first: give them back newest first to keep the order they were leased in.
@@ -496,6 +528,15 @@ class ConsumerPool(RedelayActor):
             return
         self.drained = True
         self.drain_future.set(len(self.running))
+
+
+def _span_outcome(failure: _Failure, result: str | ErrorCode) -> str:
+    """A failed attempt's outcome on its span: how its stored fail ended it."""
+    if isinstance(result, ErrorCode):
+        return "lost"
+    if result in ("dead", "cancelled"):
+        return result
+    return "timeout" if failure.timed_out else "retry"
 
 
 def _seconds(ms: int) -> str:

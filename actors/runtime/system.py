@@ -29,6 +29,7 @@ from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
 from actors.runtime.sweeper import RetrySweeper
 from actors.runtime.watchdog import Watchdog
 from actors.storage.store import Store
+from actors.tracing import Tracing
 from actors.values import TopicConfig
 
 
@@ -72,6 +73,7 @@ class ActorSystem:
         settings: SystemSettings,
         recorder: Recorder = NO_RECORDER,
         hooks: FailureHooks | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
         self.recorder = recorder  # the pools' metrics (actors.metrics), or nothing
@@ -79,6 +81,7 @@ class ActorSystem:
         self.handlers = handlers
         self.settings = settings
         self.hooks = hooks
+        self.tracing = tracing  # the pools' consumer spans (actors.tracing), or none
         self.watchdog: pykka.ActorRef[Any] | None = None
         self.coordinator: pykka.ActorRef[Any] | None = None
         # The process's one wake path: one pub/sub connection for every shard's wake and ready
@@ -135,6 +138,7 @@ class ActorSystem:
                 check_interval_ms=s.check_interval_ms,
                 recorder=self.recorder,
                 hooks=self.hooks,
+                tracing=self.tracing,
             )
             listener = TopicListener.start(
                 self.store,

@@ -64,7 +64,13 @@ def add(
     args = [*at.common(keys), keys.wake_channel, len(jobs)]
     for job in jobs:
         record = codec.pack(
-            job.body, job.due_ms, at.now_ms, job.retry_ms, job.lease_ms, job.callback
+            job.body,
+            job.due_ms,
+            at.now_ms,
+            job.retry_ms,
+            job.lease_ms,
+            job.callback,
+            job.traceparent,
         )
         args += [member(job.topic, job.id), job.due_ms, record, topic_configs[job.topic]]
     k = keys
@@ -238,6 +244,7 @@ def leases(topic: str, reply: Any) -> list[Lease]:
                 due_ms=int(record["d"]),
                 callback=record.get("c"),
                 lease_ms=record.get("l"),
+                traceparent=record.get("p"),
             )
         )
     return found

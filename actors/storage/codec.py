@@ -4,7 +4,8 @@ Fields (single letters keep ~40 bytes per pending job off Redis memory):
 ``b`` body (orjson bytes), ``d`` due time ms, ``a`` failed attempts so far, ``n`` created ms,
 ``r`` retry schedule ms (only when set per job), ``l`` lease ms (only when set per job),
 ``c`` callback URL (optional), ``x`` 1 once a cancel was requested while leased, ``t`` the
-traceback of the last failed attempt (only when it had one; written by Lua).
+traceback of the last failed attempt (only when it had one; written by Lua), ``p`` the W3C
+traceparent of the add's producer span (only when traced: actors/tracing.py).
 Lua edits the same map with its built-in cmsgpack.
 """
 
@@ -23,6 +24,7 @@ def pack(
     retry_ms: Sequence[int] | None = None,
     lease_ms: int | None = None,
     callback: str | None = None,
+    traceparent: str | None = None,
 ) -> bytes:
     record: dict[str, Any] = {"b": body, "d": due_ms, "a": 0, "n": created_ms}
     if retry_ms is not None:
@@ -31,6 +33,8 @@ def pack(
         record["l"] = lease_ms
     if callback is not None:
         record["c"] = callback
+    if traceparent is not None:
+        record["p"] = traceparent
     # use_bin_type=False: Redis's cmsgpack predates the bin type; the body is UTF-8 JSON anyway.
     return msgpack.packb(record, use_bin_type=False)
 

@@ -1,0 +1,180 @@
+"""OpenTelemetry traces: a PRODUCER span per added job, a CONSUMER span per handler run.
+
+Needs opentelemetry-api (the ``otel`` extra); the application brings the SDK and its exporters,
+as OpenTelemetry expects of a library. The import is tried once, here: without the API a
+queue's :class:`Tracing` has no tracer and every call site takes a ``None`` branch, so nothing is
+imported and nothing is paid but that test.
+
+``add`` and ``add_many`` start one ``send {topic}`` span per job (a batch gets one span per job,
+not one for the batch, so every job's consumer span links to its own producer span) and store
+that span's W3C ``traceparent`` in the job's record. Each attempt's handler then runs inside a
+``process {topic}`` span whose parent is that producer context, linked to it as well, as the
+messaging semantic conventions recommend for a consumer. The pool ends the consumer span once
+the attempt's outcome is stored: ``ack``, ``retry``, ``dead``, ``cancelled``, ``timeout``,
+``lost`` (the lease was lost before the result came) or ``released`` (handed back at stop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from actors.errors import ConfigError
+from actors.job import Retry
+from actors.values import Lease, NewJob
+
+try:
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
+    from opentelemetry.trace import Span as Span  # re-exported for the runtime's annotations
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # the otel extra is not installed: tracing is off
+    otel_trace = None  # type: ignore[assignment]
+    Span = Any  # type: ignore[misc,assignment]  # so the runtime's annotations still import
+
+AVAILABLE = otel_trace is not None
+
+SYSTEM = "redelay"
+ATTEMPT = "messaging.redelay.attempt"
+OUTCOME = "messaging.redelay.outcome"
+# Outcomes that mean the attempt went wrong: their span's status is ERROR.
+_FAILED = frozenset({"dead", "timeout"})
+
+T = TypeVar("T")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("redelay")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+        return "0"
+
+
+class Tracing:
+    """One queue's tracer, from ``tracer_provider`` or OpenTelemetry's global provider (which
+    makes no-op spans until the application installs an SDK).
+
+    Thread-safe: the facade uses it on the caller's thread, the pools on their actor threads.
+    """
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        self.tracer: Tracer | None = None
+        if otel_trace is None:
+            if tracer_provider is not None:
+                raise ConfigError(
+                    "tracer_provider needs opentelemetry-api (the otel extra): "
+                    "pip install opentelemetry-api"
+                )
+            return
+        self.tracer = otel_trace.get_tracer("redelay", _version(), tracer_provider=tracer_provider)
+        self._propagator = TraceContextTextMapPropagator()
+
+    # -- producing --------------------------------------------------------------------------
+
+    def send(self, jobs: Sequence[NewJob], add: Callable[[Sequence[NewJob]], T]) -> T:
+        """Calls ``add(jobs)`` with each job carrying its producer span's traceparent; the
+        spans end when ``add`` returns, with the error recorded on each when it raises."""
+        tracer = self.tracer
+        if tracer is None:
+            return add(jobs)
+        spans = [
+            tracer.start_span(
+                f"send {job.topic}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": SYSTEM,
+                    "messaging.destination.name": job.topic,
+                    "messaging.message.id": job.id,
+                    "messaging.operation.type": "send",
+                    "messaging.operation.name": "send",
+                },
+            )
+            for job in jobs
+        ]
+        traced = [
+            job if (parent := self._traceparent(span)) is None else replace(job, traceparent=parent)
+            for job, span in zip(jobs, spans, strict=True)
+        ]
+        try:
+            result = add(traced)
+        except BaseException as exc:
+            for span in spans:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                span.end()
+            raise
+        for span in spans:
+            span.end()
+        return result
+
+    def _traceparent(self, span: Span) -> str | None:
+        if not span.get_span_context().is_valid:  # a no-op tracer: nothing worth storing
+            return None
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=otel_trace.set_span_in_context(span))
+        return carrier.get("traceparent")
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def process(self, lease: Lease) -> Span | None:
+        """Starts the consumer span of one attempt (the pool ends it with :func:`finish`);
+        None when there is nothing to trace."""
+        tracer = self.tracer
+        if tracer is None:
+            return None
+        parent = Context()  # never the pool thread's own context: a root unless the job has one
+        links: list[Link] = []
+        if lease.traceparent:
+            extracted = self._propagator.extract({"traceparent": lease.traceparent})
+            producer = otel_trace.get_current_span(extracted).get_span_context()
+            if producer.is_valid:
+                parent = extracted
+                links.append(Link(producer))
+        span = tracer.start_span(
+            f"process {lease.topic}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            links=links,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": lease.topic,
+                "messaging.message.id": lease.id,
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "process",
+                ATTEMPT: lease.attempt,
+            },
+        )
+        # No SDK installed (yet): an invalid no-op span, which the pool need not carry around.
+        return span if span.get_span_context().is_valid else None
+
+
+def current(span: Span | None) -> AbstractContextManager[Any]:
+    """Makes ``span`` the current span (on the handler's thread or task), so spans the handler
+    starts are its children. The pool ends it, not this."""
+    if span is None:
+        return nullcontext()
+    return otel_trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+def finish(span: Span | None, outcome: str, error: BaseException | None = None) -> None:
+    """Ends an attempt's consumer span with its stored outcome. What the handler raised is
+    recorded and makes the status ERROR, except a ``Retry``, which is the handler's choice; a
+    dead job or a timeout is an ERROR too."""
+    if span is None:
+        return
+    span.set_attribute(OUTCOME, outcome)
+    raised = error is not None and not isinstance(error, Retry)
+    if raised:
+        assert error is not None
+        span.record_exception(error)
+    if raised or outcome in _FAILED:
+        reason = f"{type(error).__name__}: {error}" if raised else outcome
+        span.set_status(Status(StatusCode.ERROR, reason))
+    span.end()

@@ -33,6 +33,7 @@ from actors.values import (
     Lease,
     NewJob,
     TopicConfig,
+    WorkerInfo,
 )
 
 
@@ -80,5 +81,6 @@ __all__ = [
     "SystemClock",
     "TopicConfig",
     "ValidationError",
+    "WorkerInfo",
     "register_callbacks",
 ]

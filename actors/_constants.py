@@ -26,6 +26,9 @@ SLOT_PROBE_KEY: Final = "slot-probe"  # never created: EXISTS on it detects a mi
 
 # The one key per namespace, under its own hash tag: "redelay:{<namespace>}:config".
 CONFIG_KEY: Final = "config"  # HASH: shard count and audit retention
+# Worker heartbeats, under the namespace's own hash tag too (actors/storage/heartbeats.py).
+WORKER_KEY_PREFIX: Final = "worker:"  # STRING "worker:<name>" -> JSON heartbeat, with a TTL
+WORKERS_KEY: Final = "workers"  # SET of worker names that wrote a heartbeat (an index)
 
 # A job is stored under the member "<topic>|<id>"; topics may not contain the separator.
 MEMBER_SEPARATOR: Final = "|"
@@ -74,6 +77,12 @@ REDIS_FULL_LOG_MS: Final = 60_000
 REDIS_FULL_AUDIT_KEEP: Final = 1_000
 REDIS_FULL_MARGIN: Final = 0.01  # "full" from 1% under maxmemory: see Store.memory
 REDIS_FULL_CLEAR_MARGIN: Final = 0.1  # and until 10% under it
+
+# A worker writes its heartbeat this often; the key expires after three missed beats, so a
+# crashed worker disappears by itself within HEARTBEAT_TTL_MS.
+HEARTBEAT_INTERVAL_MS: Final = 5_000
+HEARTBEAT_TTL_MS: Final = 15_000
+WORKERS_LIST_MAX: Final = 10_000  # most heartbeats one workers() call reads
 
 DEFAULT_CARRY_BATCH: Final = 1_000
 DEFAULT_SHARDS: Final = 1

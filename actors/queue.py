@@ -40,7 +40,15 @@ from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.storage.store import open_store
 from actors.storage.topology import RedisClient, connect
 from actors.tracing import Tracing
-from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
+from actors.values import (
+    AuditRetention,
+    Durability,
+    JobInfo,
+    JobPage,
+    NewJob,
+    TopicConfig,
+    WorkerInfo,
+)
 
 log = logging.getLogger("actors.queue")
 
@@ -329,6 +337,11 @@ class DelayQueue:
         delayed by due time, ready in list order, leased by deadline, dead by time of death.
         Pass the page's ``next_after`` as ``after`` for the next one; None means it was the last."""
         return self.store.jobs(topic, state, after=after, limit=limit)
+
+    def workers(self) -> list[WorkerInfo]:
+        """The namespace's live workers, by name, from their heartbeats (written every
+        5 s by each started queue; one that stops beating drops out within 15 s)."""
+        return self.store.workers()
 
     def requeue_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
         """Gives dead jobs a fresh start (attempts reset, due now): one job, every dead job of a

@@ -141,3 +141,21 @@ class JobPage:
 
     jobs: tuple[JobInfo, ...]
     next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live worker process, from its heartbeat (``DelayQueue.workers``).
+
+    ``busy_slots`` of ``slots`` handler slots were running jobs at ``beat_ms``; a worker whose
+    heartbeat expired (it crashed, or lost Redis) is not listed at all.
+    """
+
+    name: str
+    host: str
+    pid: int
+    topics: tuple[str, ...]
+    busy_slots: int
+    slots: int
+    started_ms: int
+    beat_ms: int

@@ -20,11 +20,13 @@ import redis
 
 from actors import __version__
 from actors.cli import audit as _cli_audit
+from actors.cli import dashboard as _cli_dashboard
 from actors.cli import dead as _cli_dead
 from actors.cli import jobs as _cli_jobs
 from actors.cli import listing as _cli_listing
 from actors.cli import metrics as _cli_metrics
 from actors.cli import simulate as _cli_simulate
+from actors.cli import workers as _cli_workers
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, ValidationError
@@ -193,6 +195,8 @@ def build_parser(json_output: bool = False) -> Parser:
     _cli_audit.add_parsers(sub, common)
     _cli_metrics.add_parsers(sub, common)
     _cli_simulate.add_parsers(sub, common)
+    _cli_workers.add_parsers(sub, common)
+    _cli_dashboard.add_parsers(sub, common)
     return parser
 
 

@@ -20,6 +20,7 @@ from actors.clock import Clock
 from actors.runtime._actor import ask
 from actors.runtime._hooks import FailureHooks
 from actors.runtime.carrier import Carrier
+from actors.runtime.heartbeat import Heartbeat
 from actors.runtime.listener import TopicListener
 from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Supervise
 from actors.runtime.notifier import ShardNotifier, notifier_for
@@ -60,6 +61,8 @@ class SystemSettings:
     lease_batch_max: int = 1_000
     look_interval_s: float = 5.0  # a listener's backstop look, for a ready notice lost anyway
     check_interval_ms: int = 100
+    heartbeat_interval_ms: int = c.HEARTBEAT_INTERVAL_MS
+    heartbeat_ttl_ms: int = c.HEARTBEAT_TTL_MS
 
 
 class ActorSystem:
@@ -87,6 +90,15 @@ class ActorSystem:
         # The process's one wake path: one pub/sub connection for every shard's wake and ready
         # signals, for one shard as for many.
         self.notifier: ShardNotifier = notifier_for(store)
+        self.heartbeat = Heartbeat(
+            store,
+            clock,
+            settings.consumer,
+            [spec.topic for spec in handlers],
+            self.busy_slots,
+            interval_ms=settings.heartbeat_interval_ms,
+            ttl_ms=settings.heartbeat_ttl_ms,
+        )
 
     def start(self) -> None:
         """Starts the watchdog, which builds every other actor. If building one fails, what was
@@ -103,6 +115,18 @@ class ActorSystem:
         except BaseException:
             self.stop(0)
             raise
+        self.heartbeat.start()
+
+    def busy_slots(self) -> tuple[int, int] | None:
+        """(running handlers, slots) over this process's pools; None when a pool did not
+        answer (the heartbeat skips a beat rather than report a wedged worker as idle).
+        Runs on the heartbeat thread."""
+        stats = self.stats(timeout_s=1.0)
+        pools = {name: found for name, found in stats.items() if name.startswith("pool:")}
+        if any(found is None for found in pools.values()):
+            return None
+        busy = sum(int(found.get("running", 0)) for found in pools.values())
+        return busy, sum(spec.concurrency for spec in self.handlers)
 
     def _carrier_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
         ref = Carrier.start(
@@ -192,6 +216,7 @@ class ActorSystem:
         """Runs the shutdown sequence; returns within grace + about a second."""
         if self.coordinator is None:
             return {}
+        self.heartbeat.stop()  # stopping workers take no new jobs: no longer listed
         try:
             report: dict[str, Any] = ask(
                 self.coordinator, Shutdown(grace_s), grace_s + STOP_MARGIN_S + 1.0

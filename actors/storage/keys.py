@@ -81,6 +81,16 @@ def config_key(namespace: str) -> str:
     return f"{c.KEY_ROOT}:{{{namespace}}}:{c.CONFIG_KEY}"
 
 
+def worker_key(namespace: str, name: str) -> str:
+    """A worker's heartbeat key (expires by itself when the worker stops beating)."""
+    return f"{c.KEY_ROOT}:{{{namespace}}}:{c.WORKER_KEY_PREFIX}{name}"
+
+
+def workers_key(namespace: str) -> str:
+    """The index of worker names, so listing them needs no SCAN (same hash tag as their keys)."""
+    return f"{c.KEY_ROOT}:{{{namespace}}}:{c.WORKERS_KEY}"
+
+
 def member(topic: str, job_id: str) -> str:
     """The string a job is stored under. Topics never contain the separator."""
     return f"{topic}{c.MEMBER_SEPARATOR}{job_id}"

@@ -51,6 +51,15 @@ def audit_entries(
     ]
 
 
+def recent_audit(client: Any, keys: ShardKeys, count: int) -> list[Entry]:
+    """The shard's newest ``count`` audit entries, oldest first (XREVRANGE, then reversed)."""
+    raw: Any = client.xrevrange(keys.audit, "+", "-", count=count)
+    return [
+        (decoded(eid), {decoded(f): decoded(v) for f, v in fields.items()})
+        for eid, fields in reversed(raw)
+    ]
+
+
 def iter_shard_audit(
     client: Any, keys: ShardKeys, end: str = "+", chunk: int = 5_000, *, start: str = "-"
 ) -> Iterator[Entry]:

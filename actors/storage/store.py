@@ -50,7 +50,7 @@ from actors.errors import (
     ValidationError,
 )
 from actors.lifecycle import State
-from actors.storage import calls, listing, reads
+from actors.storage import calls, heartbeats, listing, reads
 from actors.storage import codec as _record
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
 from actors.storage.keys import ShardKeys, member, shard_of
@@ -71,6 +71,7 @@ from actors.values import (
     NewJob,
     Snapshot,
     TopicConfig,
+    WorkerInfo,
 )
 
 log = logging.getLogger("actors.store")
@@ -735,6 +736,20 @@ class Store:
                 reads.audit_entries(self.client, k, start, end, count) for k in self.shard_keys
             )
         )
+
+    @_cluster_errors
+    def recent_audit(self, count: int = 1_000) -> list[Entry]:
+        """Each shard's newest ``count`` audit entries (1 to 100,000), merged in time order:
+        what happened lately, at a cost that does not grow with the stream."""
+        validation.count(count, "count", 100_000)
+        return list(
+            reads.merge_audit(reads.recent_audit(self.client, k, count) for k in self.shard_keys)
+        )
+
+    @_cluster_errors
+    def workers(self) -> list[WorkerInfo]:
+        """The namespace's live workers, from their heartbeats (actors/storage/heartbeats.py)."""
+        return heartbeats.workers(self.client, self.namespace)
 
     def iter_audit(self, chunk: int = 5_000, *, start: str = "-") -> Iterator[Entry]:
         """Every shard's audit entries from ``start`` (an entry id, or "<ms>-0" for a time),

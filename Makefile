@@ -4,15 +4,25 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck pytest demo simulate bench clean
+.PHONY: test browser lint typecheck pytest demo simulate bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,embedded]'
+	$(BIN)/python -m pip install -q -e '.[test,embedded,dashboard]'
 	touch $(STAMP)
 
-test: lint typecheck pytest
+test: browser lint typecheck pytest
+
+# The dashboard's browser tests drive Debian's chromium through chromium-driver: installed with
+# apt when missing (as root, or through sudo), never downloaded by the tests themselves.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif command -v apt-get >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -q chromium chromium-driver; \
+	else echo "no apt-get: the browser tests will be skipped (install chromium and chromedriver)"; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check actors tests simulations

@@ -47,13 +47,16 @@ def run_dashboard(ctx: Context, args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65_535:
         raise usage_error(f"dashboard: --port must be from 0 to 65535, got {args.port}")
     token = args.token or os.environ.get(ENV_TOKEN) or None
+    read_only = args.read_only
+    if token is None and not read_only and not _is_loopback(args.host):
+        # Anyone who can reach the port could act: off loopback, actions need a token.
+        ctx.note(f"dashboard: --host {args.host} without --token or {ENV_TOKEN}: read-only")
+        read_only = True
     store = ctx.store()
-    app = create_app(
-        store, read_only=args.read_only, token=token, loopback_only=_is_loopback(args.host)
-    )
+    app = create_app(store, read_only=read_only, token=token)
     ctx.note(
         f"redelay dashboard on http://{args.host}:{args.port}/ "
-        f"(namespace {store.namespace}{', read-only' if args.read_only else ''})"
+        f"(namespace {store.namespace}{', read-only' if read_only else ''})"
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -1,0 +1,214 @@
+"""The dashboard without a browser: its charts, grouping and action rules as plain functions,
+and its guards (read-only, CSRF, token, escaping) over HTTP against a real Redis.
+
+tests/test_dashboard_browser.py clicks through the same pages in chromium."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import redis
+from _dashboard import cookie_from, fetch, serve
+
+from actors.clock import SystemClock
+from actors.dashboard import actions, create_app, views
+from actors.dashboard.charts import bar_chart, rates
+from actors.dashboard.samples import Samples
+from actors.errors import ValidationError
+from actors.storage.store import Store
+from actors.values import JobInfo
+
+NS = "dash"
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis) -> Store:
+    return Store(redis_client, NS, SystemClock())
+
+
+def make_dead(store: Store, topic: str, job_id: str, traceback: str = "") -> None:
+    store.add(store.new_job(topic, job_id, {"n": 1}, retry_ms=[0]))
+    for _ in range(2):
+        (lease,) = store.lease(topic, 1)
+        store.fail(topic, job_id, lease.token, "boom", 0, traceback=traceback)
+    info = store.get(topic, job_id)
+    assert info is not None and info.state == "dead"
+
+
+# -- pure parts -------------------------------------------------------------------------------
+
+
+def test_rates_count_acks_per_second_and_the_worst_lateness_per_bucket() -> None:
+    now = 100_000
+    entries = [
+        ("1-0", {"e": "acked", "ms": "95000"}),
+        ("2-0", {"e": "acked", "ms": "96000"}),
+        ("3-0", {"e": "ready", "ms": "97000", "due": "94000"}),
+        ("4-0", {"e": "ready", "ms": "97500", "due": "97000"}),
+        ("5-0", {"e": "acked", "ms": "50000"}),  # outside the window: not counted
+    ]
+    per_second, late = rates(entries, now, window_ms=20_000, bucket_ms=10_000)
+    assert per_second.values == (0.0, 0.2)
+    assert late.values == (0.0, 3.0)
+    assert per_second.start_ms == 80_000
+
+
+def test_the_bar_chart_has_a_bar_per_bucket_and_labels_its_maximum() -> None:
+    per_second, _ = rates([], 100_000, window_ms=30_000, bucket_ms=10_000)
+    svg = bar_chart(per_second, title="a <title>", unit="jobs/s")
+    assert svg.count("<rect") == 3
+    assert "a &lt;title&gt;" in svg and "max 0 jobs/s" in svg
+
+
+def test_dead_rising_compares_with_the_oldest_sample_of_the_window() -> None:
+    samples = Samples(lambda count: [])
+    assert samples.record_dead(0, {"mail": {"dead": 1}}) == {"mail": False}
+    assert samples.record_dead(3_000, {"mail": {"dead": 1}}) == {"mail": False}
+    assert samples.record_dead(6_000, {"mail": {"dead": 2}}) == {"mail": True}
+    # Ten minutes later the old samples have left the window: steady again.
+    assert samples.record_dead(700_000, {"mail": {"dead": 2}}) == {"mail": False}
+
+
+def info(job_id: str, traceback: str | None) -> JobInfo:
+    return JobInfo("t", job_id, "dead", 0, 2, 2, b"null", 0, traceback=traceback)  # type: ignore[arg-type]
+
+
+def test_dead_jobs_are_grouped_by_their_exception_line_largest_group_first() -> None:
+    tb = "Traceback (most recent call last):\n  File x\nValueError: no stock\n"
+    groups = views.group_dead([info("a", None), info("b", tb), info("c", tb)])
+    assert [(g.reason, [j.id for j in g.jobs]) for g in groups] == [
+        ("ValueError: no stock", ["b", "c"]),
+        (views.NO_TRACEBACK, ["a"]),
+    ]
+
+
+def test_bodies_are_pretty_printed_and_kept_when_they_do_not_parse() -> None:
+    assert views.pretty_body(b'{"b":1,"a":[1]}') == '{\n  "a": [\n    1\n  ],\n  "b": 1\n}'
+    assert views.pretty_body(b"not json") == "not json"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"action": "explode", "jobs": (("t", "a"),)}, "action"),
+        ({"action": "cancel"}, "job"),
+        ({"action": "cancel", "jobs": (("t", "a"), ("t", "b"))}, "job"),
+        ({"action": "cancel", "all_of": "t"}, "all"),
+        ({"action": "reschedule", "jobs": (("t", "a"),)}, "due"),
+    ],
+)
+def test_a_bad_action_request_names_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        actions.Request(**kwargs)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
+def test_run_now_keeps_the_body_and_retry_schedule_and_refuses_a_dead_job(store: Store) -> None:
+    store.add(store.new_job("later", "j1", {"k": "v"}, delay_ms=600_000, retry_ms=[1_000]))
+    message = actions.perform(store, actions.Request("run_now", (("later", "j1"),)))
+    assert message == "later/j1 is due now."
+    moved = store.get("later", "j1")
+    assert moved is not None and moved.due_ms <= store.clock.now_ms()
+    assert (moved.body, moved.retry_ms) == ({"k": "v"}, (1_000,))
+    make_dead(store, "graves", "d1")
+    refused = actions.perform(store, actions.Request("run_now", (("graves", "d1"),)))
+    assert refused == "graves/d1 is dead: only delayed or ready jobs move."
+    dead = store.get("graves", "d1")
+    assert dead is not None and dead.state == "dead"
+
+
+# -- over HTTP --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def url(store: Store) -> Iterator[str]:
+    with serve(create_app(store)) as base:
+        yield base
+
+
+def csrf_session(base: str) -> dict[str, str]:
+    status, _, headers = fetch(base + "/")
+    assert status == 200
+    value = cookie_from(headers, "redelay_csrf")
+    assert value
+    return {"redelay_csrf": value}
+
+
+def test_a_post_without_the_csrf_value_changes_nothing(store: Store, url: str) -> None:
+    store.add(store.new_job("later", "j1", None, delay_ms=600_000))
+    cookies = csrf_session(url)
+    form = {"action": "cancel", "topic": "later", "id": "j1"}
+    for data, jar in [(form, cookies), ({**form, "csrf": "forged"}, cookies), (form, {})]:
+        status, body, _ = fetch(url + "/act", data=data, cookies=jar)
+        assert status == 403 and "CSRF" in body
+    assert store.get("later", "j1") is not None
+    status, _, headers = fetch(
+        url + "/act", data={**form, "csrf": cookies["redelay_csrf"]}, cookies=cookies
+    )
+    assert status == 303 and dict(headers)["location"] == "/job?topic=later&id=j1"
+    assert store.get("later", "j1") is None
+
+
+def test_read_only_hides_and_refuses_every_action(store: Store) -> None:
+    make_dead(store, "later", "d1")
+    with serve(create_app(store, read_only=True)) as base:
+        cookies = csrf_session(base)
+        status, body, _ = fetch(base + "/job?topic=later&id=d1")
+        assert status == 200 and "read-only" in body
+        assert 'id="requeue"' not in body and "/confirm" not in body
+        status, body, _ = fetch(base + "/confirm?action=requeue&topic=later&id=d1")
+        assert status == 403 and "read-only" in body
+        form = {"action": "requeue", "topic": "later", "id": "d1", "csrf": cookies["redelay_csrf"]}
+        status, _, _ = fetch(base + "/act", data=form, cookies=cookies)
+        assert status == 403
+    still = store.get("later", "d1")
+    assert still is not None and still.state == "dead"
+
+
+def test_actions_need_the_token_when_there_is_one(store: Store) -> None:
+    make_dead(store, "later", "d1")
+    with serve(create_app(store, token="s3cret")) as base:
+        cookies = csrf_session(base)
+        form = {"action": "purge", "topic": "later", "id": "d1", "csrf": cookies["redelay_csrf"]}
+        status, body, _ = fetch(base + "/act", data=form, cookies=cookies)
+        assert status == 403 and "token" in body
+        login = {"token": "wrong", "csrf": cookies["redelay_csrf"]}
+        status, _, _ = fetch(base + "/login", data=login, cookies=cookies)
+        assert status == 403
+        assert store.get("later", "d1") is not None
+        status, _, headers = fetch(
+            base + "/login", data={**login, "token": "s3cret"}, cookies=cookies
+        )
+        assert status == 303
+        token_cookie = cookie_from(headers, "redelay_token")
+        assert token_cookie == "s3cret"
+        status, _, _ = fetch(
+            base + "/act", data=form, cookies={**cookies, "redelay_token": "s3cret"}
+        )
+        assert status == 303
+    assert store.get("later", "d1") is None
+
+
+def test_bodies_and_reasons_are_escaped_and_odd_ids_link(store: Store, url: str) -> None:
+    evil = "<script>document.title='owned'</script>"
+    store.add(store.new_job("later", "a/b+c=d@e", {"html": evil}, delay_ms=600_000))
+    make_dead(store, "graves", "d1", traceback=f"Traceback\nValueError: {evil}\n")
+    _, page, _ = fetch(url + "/topic?name=later")
+    (link,) = re.findall(r'href="(/job\?[^"]*)"', page)
+    assert link == "/job?topic=later&amp;id=a%2Fb%2Bc%3Dd%40e"
+    for path in [link.replace("&amp;", "&"), "/dead", "/job?topic=graves&id=d1"]:
+        status, body, _ = fetch(url + path)
+        assert status == 200, path
+        assert "<script>document" not in body, path
+        assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in body, path
+
+
+def test_a_bad_topic_or_cursor_is_a_clear_400(url: str) -> None:
+    status, body, _ = fetch(url + "/topic?name=a%7Cb")
+    assert status == 400 and "topic" in body
+    status, body, _ = fetch(url + "/topic?name=mail&after=garbage")
+    assert status == 400 and "after" in body
+    status, body, _ = fetch(url + "/topic?name=mail&state=gone")
+    assert status == 400 and "state" in body

@@ -63,12 +63,29 @@ def test_the_bar_chart_has_a_bar_per_bucket_and_labels_its_maximum() -> None:
 
 
 def test_dead_rising_compares_with_the_oldest_sample_of_the_window() -> None:
-    samples = Samples(lambda count: [])
+    samples = Samples(lambda count, after: [])
     assert samples.record_dead(0, {"mail": {"dead": 1}}) == {"mail": False}
     assert samples.record_dead(3_000, {"mail": {"dead": 1}}) == {"mail": False}
     assert samples.record_dead(6_000, {"mail": {"dead": 2}}) == {"mail": True}
     # Ten minutes later the old samples have left the window: steady again.
     assert samples.record_dead(700_000, {"mail": {"dead": 2}}) == {"mail": False}
+
+
+def test_the_charts_read_only_entries_newer_than_the_last_refresh() -> None:
+    asked: list[str | None] = []
+    stream = [("1000-0", {"e": "acked", "ms": "1000"}), ("2000-0", {"e": "added", "ms": "2000"})]
+
+    def recent(count: int, after: str | None) -> list[tuple[str, dict[str, str]]]:
+        asked.append(after)
+        return [e for e in stream if after is None or int(e[0][:-2]) > int(after[:-2])]
+
+    samples = Samples(recent)
+    samples.charts(10_000)
+    samples.charts(11_000)  # within the cache: no read
+    stream.append(("12000-0", {"e": "acked", "ms": "12000"}))
+    per_second, _ = samples.charts(12_500)
+    assert asked == [None, "2000-0"]
+    assert sum(per_second.values) * 10 == 2  # both acks, each counted once
 
 
 def info(job_id: str, traceback: str | None) -> JobInfo:
@@ -212,3 +229,18 @@ def test_a_bad_topic_or_cursor_is_a_clear_400(url: str) -> None:
     assert status == 400 and "after" in body
     status, body, _ = fetch(url + "/topic?name=mail&state=gone")
     assert status == 400 and "state" in body
+
+
+def test_mounted_inside_a_starlette_app_links_follow_the_mount_point(store: Store) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    store.add(store.new_job("later", "j1", None, delay_ms=600_000))
+    host = Starlette(routes=[Mount("/queue", create_app(store))])
+    with serve(host) as base:
+        status, body, _ = fetch(base + "/queue/topic?name=later")
+        assert status == 200
+        assert 'href="/queue/job?topic=later&amp;id=j1"' in body
+        assert 'href="/queue/static/style.css"' in body
+        status, css, _ = fetch(base + "/queue/static/style.css")
+        assert status == 200 and "tr.rising" in css

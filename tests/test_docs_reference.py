@@ -24,7 +24,7 @@ from actors import _constants as c
 from actors.model import Event
 from actors.server.embedded import RedisProcess
 from actors.storage import codec as _record
-from actors.storage.keys import ShardKeys, config_key
+from actors.storage.keys import ShardKeys, config_key, worker_key, workers_key
 from actors.storage.scripts import lua_dir, sources
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -269,7 +269,8 @@ def key_names_in_code() -> list[str]:
     for path in sorted(lua_dir().glob("*.lua")):
         for constant, topic in _LUA_PREFIX_NAME_RE.findall(path.read_text()):
             shard_keys.add(f"<prefix>{getattr(c, constant)}" + ("<topic>" if topic else ""))
-    return [*sorted(shard_keys), config_key("<namespace>")]
+    namespace_keys = [config_key("<namespace>"), workers_key("<namespace>")]
+    return [*sorted(shard_keys), *namespace_keys, worker_key("<namespace>", "<name>")]
 
 
 def test_the_scripts_build_key_names_from_the_constants_only() -> None:

@@ -48,7 +48,7 @@ class Pages:
         self.templates = templates
         self.read_only = read_only
         self.token = token
-        self.samples = Samples(store.recent_audit)
+        self.samples = Samples(lambda count, after: store.recent_audit(count, after=after))
 
     # -- rendering ---------------------------------------------------------------------------
 
@@ -111,6 +111,7 @@ class Pages:
                 "states": STATES,
                 "rate_chart": bar_chart(per_second, title="jobs acked per second", unit="jobs/s"),
                 "late_chart": bar_chart(lateness, title="worst lateness", unit="s late"),
+                "sampled": self.samples.sampled,
             },
         )
 

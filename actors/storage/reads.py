@@ -51,9 +51,11 @@ def audit_entries(
     ]
 
 
-def recent_audit(client: Any, keys: ShardKeys, count: int) -> list[Entry]:
-    """The shard's newest ``count`` audit entries, oldest first (XREVRANGE, then reversed)."""
-    raw: Any = client.xrevrange(keys.audit, "+", "-", count=count)
+def recent_audit(client: Any, keys: ShardKeys, count: int, after: str | None = None) -> list[Entry]:
+    """The shard's newest ``count`` audit entries (newer than the entry id ``after``, when
+    given), oldest first (XREVRANGE, then reversed)."""
+    low = "-" if after is None else f"({after}"
+    raw: Any = client.xrevrange(keys.audit, "+", low, count=count)
     return [
         (decoded(eid), {decoded(f): decoded(v) for f, v in fields.items()})
         for eid, fields in reversed(raw)

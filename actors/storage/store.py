@@ -738,12 +738,15 @@ class Store:
         )
 
     @_cluster_errors
-    def recent_audit(self, count: int = 1_000) -> list[Entry]:
-        """Each shard's newest ``count`` audit entries (1 to 100,000), merged in time order:
-        what happened lately, at a cost that does not grow with the stream."""
+    def recent_audit(self, count: int = 1_000, *, after: str | None = None) -> list[Entry]:
+        """Each shard's newest ``count`` audit entries (1 to 100,000), only those after the
+        entry id ``after`` when given, merged in time order: what happened lately, at a cost
+        that does not grow with the stream."""
         validation.count(count, "count", 100_000)
         return list(
-            reads.merge_audit(reads.recent_audit(self.client, k, count) for k in self.shard_keys)
+            reads.merge_audit(
+                reads.recent_audit(self.client, k, count, after) for k in self.shard_keys
+            )
         )
 
     @_cluster_errors

@@ -52,7 +52,7 @@ def fill(store: Store, jobs: int, topics: int, rng: random.Random) -> None:
             )
             for n in range(min(BATCH_JOBS, jobs - added))
         ]
-        store.add_many(batch)
+        store.add_many(batch, replace=True)  # a retried batch (a slow server) is no error
         added += len(batch)
 
 

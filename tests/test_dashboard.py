@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+
+pytest.importorskip("starlette", reason="the dashboard extra (pip install '.[dashboard]')")
 from _dashboard import cookie_from, fetch, serve
 
 from actors.clock import SystemClock

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import redis
+
+pytest.importorskip("starlette", reason="the dashboard extra (pip install '.[dashboard]')")
 from _dashboard import serve
 from _wait import wait_until
 

@@ -52,6 +52,9 @@ def browser() -> Iterator[Any]:
     options.add_argument("--window-size=1280,900")
     driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
+    # On a loaded machine an element may appear a moment after the page reports loaded: each
+    # lookup retries up to this long (an assertion that something is absent waits it out once).
+    driver.implicitly_wait(10)
     yield driver
     driver.quit()
 

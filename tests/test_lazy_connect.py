@@ -80,5 +80,5 @@ def test_the_async_constructor_checks_its_arguments_without_io(dead_url: str) ->
         AsyncDelayQueue(dead_url, namespace="no spaces")
     assert bad.value.field == "namespace"
     with pytest.raises(ValidationError) as bad:
-        AsyncDelayQueue(dead_url, default_retry=["soon"])
+        AsyncDelayQueue(dead_url, default_retry=["soon"])  # type: ignore[list-item]
     assert bad.value.field == "default_retry[0]"

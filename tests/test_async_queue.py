@@ -287,3 +287,27 @@ def test_many_concurrent_adds_from_one_loop_all_land(redis_server: RedisProcess)
     sync_queue = DelayQueue(redis_server.url, namespace="c", producer_only=True)
     assert sync_queue.stats()["t"]["delayed"] == 200
     sync_queue.close()
+
+
+def test_concurrent_calls_share_pipelines_but_keep_their_own_outcomes(
+    redis_server: RedisProcess, redis_client: redis.Redis
+) -> None:
+    """Adds made at once from many tasks go out together (few connections, not one per task),
+    and each still gets its own result: an existing job fails alone."""
+    DelayQueue(redis_server.url, namespace="co", producer_only=True).add("t", "j7", delay=60)
+
+    async def scenario() -> tuple[list[Any], int]:
+        async with AsyncDelayQueue(redis_server.url, namespace="co") as queue:
+            await queue.add("t", "warm-up")  # connects and syncs the clock
+            before = int(redis_client.info("stats")["total_connections_received"])
+            outcomes = await asyncio.gather(
+                *(queue.add("t", f"j{n}", delay=60) for n in range(300)), return_exceptions=True
+            )
+            after = int(redis_client.info("stats")["total_connections_received"])
+            return outcomes, after - before
+
+    outcomes, connections = run(scenario)
+    assert [type(o).__name__ for o in outcomes].count("JobExistsError") == 1
+    assert isinstance(outcomes[7], JobExistsError) and outcomes[7].jobs == [("t", "j7")]
+    assert outcomes[:7] == ["new"] * 7 and outcomes[8:] == ["new"] * 292
+    assert connections <= 3, f"{connections} new connections for 300 concurrent adds"

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from actors import _constants as c
 from actors import _validation as validation
@@ -25,6 +25,7 @@ from actors.clock import SYNC_SAMPLES, SystemClock, TimeSample, best_offset
 from actors.errors import ConfigError
 from actors.lifecycle import State
 from actors.storage import calls
+from actors.storage.async_batch import AsyncScriptBatch
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import CancelOutcome, ScriptCall
 from actors.storage.keys import ShardKeys, config_key
@@ -41,93 +42,12 @@ from actors.storage.namespace_config import (
 from actors.storage.plan import ShardPlan
 from actors.storage.reads import Entry, decode_entries
 from actors.storage.script_batch import WaitFor
-from actors.storage.scripts import shas, sources
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
 
 log = logging.getLogger("actors.async_store")
 
-# NOSCRIPT (a restarted or promoted server forgot the scripts) is answered by loading them and
-# sending the calls again; twice is enough unless the server is restarting in a loop.
-_SCRIPT_ATTEMPTS = 3
 # A job's events are read from its shard's stream this many entries at a time.
 _AUDIT_CHUNK = 5_000
-
-
-class AsyncScriptBatch:
-    """Runs script calls by SHA: one pipeline on one server, concurrent calls on a cluster."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self.client = client
-        self._sources = sources()
-        self._shas = shas()
-
-    async def run(
-        self, script_calls: Sequence[ScriptCall], wait: WaitFor | None = None
-    ) -> tuple[list[Any], int | None]:
-        """Replies in call order, and with ``wait`` the fewest replicas that acknowledged the
-        writes (None without). Raises the first error once every call was tried."""
-        for call in script_calls:
-            expected = self._sources[call.name][0]
-            if len(call.keys) != expected:
-                raise TypeError(f"script {call.name} takes {expected} keys, got {len(call.keys)}")
-        if is_cluster(self.client):
-            if wait is not None:  # open_async_store refuses this; kept for direct users
-                raise ConfigError("durability needs one server (or Sentinel), not a cluster")
-            replies = await asyncio.gather(*(self._one(c) for c in script_calls))
-            return list(replies), None
-        return await self._pipelined(self.client, script_calls, wait)
-
-    async def _one(self, call: ScriptCall) -> Any:
-        """One call on a cluster: redis-py routes it by its first key and follows MOVED/ASK."""
-        for _ in range(_SCRIPT_ATTEMPTS - 1):
-            try:
-                return await self._evalsha(self.client, call)
-            except NoScriptError:
-                await self.client.script_load(self._sources[call.name][1])
-        return await self._evalsha(self.client, call)
-
-    async def _evalsha(self, client: AsyncClient, call: ScriptCall) -> Any:
-        return await client.execute_command(
-            "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
-        )
-
-    async def _pipelined(
-        self, client: Any, script_calls: Sequence[ScriptCall], wait: WaitFor | None
-    ) -> tuple[list[Any], int | None]:
-        replies: list[Any] = [None] * len(script_calls)
-        pending = list(range(len(script_calls)))
-        acked: int | None = None
-        for _ in range(_SCRIPT_ATTEMPTS):
-            # WAIT covers only the writes made on its own connection: the pipeline's.
-            async with client.pipeline(transaction=False) as pipe:
-                for n in pending:
-                    call = script_calls[n]
-                    pipe.execute_command(
-                        "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
-                    )
-                if wait is not None:
-                    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
-                results = list(await pipe.execute(raise_on_error=False))
-            replicas = None if wait is None else results.pop()
-            if isinstance(replicas, Exception):
-                raise replicas
-            retry = [
-                n for n, r in zip(pending, results, strict=True) if isinstance(r, NoScriptError)
-            ]
-            for n, result in zip(pending, results, strict=True):
-                if not isinstance(result, NoScriptError):
-                    replies[n] = result
-            if replicas is not None and len(retry) < len(pending):
-                acked = int(replicas) if acked is None else min(acked, int(replicas))
-            if not retry:
-                for reply in replies:
-                    if isinstance(reply, Exception):
-                        raise reply
-                return replies, acked
-            for name in {script_calls[n].name for n in retry}:
-                await client.script_load(self._sources[name][1])
-            pending = retry
-        raise NoScriptError(f"{len(pending)} script calls were refused NOSCRIPT after loading")
 
 
 class ServerClock(SystemClock):

@@ -25,6 +25,7 @@ from actors import (
     JobExistsError,
     NotReplicatedError,
     PartialAddError,
+    RedisFullError,
     ValidationError,
 )
 from actors.server.embedded import RedisProcess
@@ -311,3 +312,21 @@ def test_concurrent_calls_share_pipelines_but_keep_their_own_outcomes(
     assert isinstance(outcomes[7], JobExistsError) and outcomes[7].jobs == [("t", "j7")]
     assert outcomes[:7] == ["new"] * 7 and outcomes[8:] == ["new"] * 292
     assert connections <= 3, f"{connections} new connections for 300 concurrent adds"
+
+
+def test_a_full_redis_refuses_the_add_as_the_sync_queue_does(
+    redis_server: RedisProcess, redis_client: redis.Redis
+) -> None:
+    async def scenario() -> None:
+        async with AsyncDelayQueue(redis_server.url, namespace="full") as queue:
+            await queue.add("t", "before")  # connected, namespace recorded
+            redis_client.config_set("maxmemory", 1)
+            try:
+                with pytest.raises(RedisFullError) as full:
+                    await queue.add("t", "refused")
+            finally:
+                redis_client.config_set("maxmemory", 0)
+            assert full.value.doing == "add"
+            assert await queue.get("t", "refused") is None  # nothing was written
+
+    run(scenario)

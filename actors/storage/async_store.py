@@ -17,12 +17,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from actors import _constants as c
 from actors import _validation as validation
 from actors.clock import SYNC_SAMPLES, SystemClock, TimeSample, best_offset
-from actors.errors import ConfigError
+from actors.errors import ConfigError, RedisFullError
 from actors.lifecycle import State
 from actors.storage import calls
 from actors.storage.async_batch import AsyncScriptBatch
@@ -42,6 +42,7 @@ from actors.storage.namespace_config import (
 from actors.storage.plan import ShardPlan
 from actors.storage.reads import Entry, decode_entries
 from actors.storage.script_batch import WaitFor
+from actors.storage.scripts import refused_for_memory
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
 
 log = logging.getLogger("actors.async_store")
@@ -123,7 +124,13 @@ class AsyncStore(ShardPlan):
         wait = None
         if self.durability is not None:
             wait = WaitFor(self.durability.replicas, self.durability.timeout_ms)
-        replies, acked = await self._batch.run(list(shard_calls.values()), wait)
+        try:
+            replies, acked = await self._batch.run(list(shard_calls.values()), wait)
+        except ResponseError as exc:
+            # As Store.add_many: the add script's first write is refused, so nothing was written.
+            if refused_for_memory(exc):
+                raise RedisFullError("add", str(exc)) from exc
+            raise
         if wait is not None and acked is None:
             acked = wait.replicas
         by_shard = dict(zip(shard_calls, replies, strict=True))

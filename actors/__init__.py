@@ -9,6 +9,7 @@ underscore at this level are public too (``actors.replay``, ``actors.model``, ``
 from importlib import metadata as _metadata
 from pathlib import Path as _Path
 
+from actors.async_queue import AsyncDelayQueue
 from actors.callbacks import register_callbacks
 from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
 from actors.errors import (
@@ -23,7 +24,8 @@ from actors.errors import (
     ValidationError,
 )
 from actors.job import Job, Retry
-from actors.queue import AuditEvent, DelayQueue
+from actors.producing import AuditEvent
+from actors.queue import DelayQueue
 from actors.storage.store import Store
 from actors.values import (
     AuditRetention,
@@ -56,6 +58,7 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
+    "AsyncDelayQueue",
     "AuditEvent",
     "AuditRetention",
     "Clock",

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import redis
@@ -129,6 +130,35 @@ class SystemClock:
                 log.exception("timer callback failed")
 
 
+# TIME is asked this many times per sync; the sample with the shortest round trip is kept.
+SYNC_SAMPLES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSample:
+    """One TIME reply and the local wall clock (seconds) just before and after asking."""
+
+    before_s: float
+    server_s: int
+    server_us: int
+    after_s: float
+
+
+def best_offset(samples: list[TimeSample]) -> tuple[float, float]:
+    """(round trip ms, offset ms of the server's clock) of the least uncertain sample: the one
+    with the shortest round trip, assuming the server read its clock at the midpoint."""
+    best: tuple[float, float] | None = None
+    for sample in samples:
+        rtt_ms = (sample.after_s - sample.before_s) * 1000
+        server_ms = sample.server_s * 1000 + sample.server_us / 1000
+        offset_ms = server_ms - (sample.before_s + sample.after_s) * 500
+        if best is None or rtt_ms < best[0]:
+            best = (rtt_ms, offset_ms)
+    if best is None:
+        raise ValueError("no TIME samples")
+    return best
+
+
 class RedisSyncedClock(SystemClock):
     """The system clock corrected to the Redis server's ``TIME``.
 
@@ -155,17 +185,12 @@ class RedisSyncedClock(SystemClock):
 
     def sync(self) -> float:
         """Measures the offset to the server; returns it in ms."""
-        best: tuple[float, float] | None = None
-        for _ in range(3):  # keep the sample with the shortest round trip: the least uncertain
+        samples = []
+        for _ in range(SYNC_SAMPLES):
             before = time.time()
             seconds, micros = self._client.time()
-            after = time.time()
-            rtt_ms = (after - before) * 1000
-            offset_ms = (seconds * 1000 + micros / 1000) - (before + after) * 500
-            if best is None or rtt_ms < best[0]:
-                best = (rtt_ms, offset_ms)
-        assert best is not None
-        self.last_rtt_ms, self._offset_ms = best
+            samples.append(TimeSample(before, seconds, micros, time.time()))
+        self.last_rtt_ms, self._offset_ms = best_offset(samples)
         return self._offset_ms
 
     @property

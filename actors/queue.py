@@ -15,7 +15,6 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -28,16 +27,17 @@ from redis.cluster import RedisCluster
 
 from actors import _constants as c
 from actors import _validation as validation
+from actors import producing
 from actors._signals import wait_for_event
 from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, RedisFullError, ValidationError
 from actors.job import Job
-from actors.replay import history as replay_history
+from actors.producing import AuditEvent
 from actors.runtime._hooks import FailureHooks
 from actors.runtime.messages import Stats
 from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
-from actors.storage.store import open_store
+from actors.storage.store import Store, open_store
 from actors.storage.topology import RedisClient, connect
 from actors.tracing import Tracing
 from actors.values import (
@@ -45,7 +45,6 @@ from actors.values import (
     Durability,
     JobInfo,
     JobPage,
-    NewJob,
     TopicConfig,
     WorkerInfo,
 )
@@ -57,66 +56,6 @@ log = logging.getLogger("actors.queue")
 HandlerFn = TypeVar("HandlerFn", bound=Callable[[Job], object])
 # A failure hook takes the Job and the exception that failed its attempt.
 HookFn = TypeVar("HookFn", bound=Callable[[Job, BaseException], object])
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEvent:
-    """One entry of the audit stream, as history() returns it."""
-
-    id: str
-    event: str
-    topic: str
-    job_id: str
-    attempt: int
-    at_ms: int
-    fields: dict[str, str]
-
-
-def _seconds(value: float | timedelta, field: str) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(
-            field,
-            f"must be seconds or a timedelta, got {type(value).__name__}",
-            "a number of seconds or a timedelta",
-        )
-    return float(value)
-
-
-_AT_LIMIT = "epoch seconds or a timezone-aware datetime"
-
-
-def _epoch_s(value: datetime | float, field: str) -> float:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValidationError(
-                field, "must be timezone-aware (naive datetimes are ambiguous)", _AT_LIMIT
-            )
-        return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(
-            field, f"must be epoch seconds or a datetime, got {type(value).__name__}", _AT_LIMIT
-        )
-    return float(value)
-
-
-# The public API takes seconds; these validate in seconds, so an error speaks the caller's unit.
-def _delay_ms(value: float | timedelta, field: str) -> int:
-    return validation.delay_ms(_seconds(value, field) * 1000, field, unit="s")
-
-
-def _lease_ms(value: float | timedelta, field: str) -> int:
-    return validation.lease_ms(_seconds(value, field) * 1000, field, unit="s")
-
-
-def _schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple[int, ...] | None:
-    if retry is None:
-        return None
-    if isinstance(retry, str | bytes) or not isinstance(retry, Sequence):
-        raise ValidationError(field, f"must be a list of delays, got {type(retry).__name__}")
-    seconds = [_seconds(step, f"{field}[{n}]") for n, step in enumerate(retry)]
-    return validation.schedule_ms([s * 1000 for s in seconds], field, unit="s")
 
 
 def checked_handler(
@@ -132,9 +71,9 @@ def checked_handler(
     test double registers handlers exactly as the queue does."""
     validation.topic(topic)
     validation.count(concurrency, "concurrency", 10_000)
-    timeout_ms = _lease_ms(timeout, "timeout")
-    retry_ms = _schedule_ms(retry, "retry")
-    lease_ms = None if lease is None else _lease_ms(lease, "lease")
+    timeout_ms = producing.lease_ms(timeout, "timeout")
+    retry_ms = producing.schedule_ms(retry, "retry")
+    lease_ms = None if lease is None else producing.lease_ms(lease, "lease")
     return lambda fn: HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms)
 
 
@@ -163,25 +102,27 @@ class DelayQueue:
         if redis_source is None:
             from actors.server.embedded_default import start_embedded  # only needed without a URL
 
+            # A local server this process starts (or finds running): not a remote one that may
+            # be down, so it is started here and the clock and store are still made lazily.
             self._embedded = start_embedded(Path(data_dir))
-            self.client: RedisClient = self._embedded.client()
-        else:  # a URL (one server, a cluster, Sentinel) or a client: see actors.storage.topology
-            self.client = connect(redis_source)
+        self._source = redis_source
         self._owns_clock = clock is None
-        # RedisSyncedClock only sends TIME, which a cluster client serves too.
-        self.clock: Clock = clock or RedisSyncedClock(self.client)  # type: ignore[arg-type]
-        retry_ms = _schedule_ms(default_retry, "default_retry") or c.DEFAULT_RETRY_SCHEDULE_MS
-        lease_ms = _lease_ms(default_lease, "default_lease")
-        # Checks the namespace's stored shard count (ConfigError when it disagrees with shards).
-        self.store = open_store(
-            self.client,
-            namespace,
-            self.clock,
-            shards=shards,
-            durability=durability,
-            retention=retention,
-            default_topic_config=TopicConfig(retry_ms, lease_ms),
-        )
+        self._clock = clock
+        retry_ms = producing.schedule_ms(default_retry, "default_retry")
+        lease_ms = producing.lease_ms(default_lease, "default_lease")
+        # Checked now, so bad settings fail at construction even though nothing connects yet.
+        self._namespace = validation.namespace(namespace)
+        if shards is not None:
+            validation.count(shards, "shards", c.SHARDS_MAX)
+        self._store_options: dict[str, Any] = {
+            "shards": shards,
+            "durability": durability,
+            "retention": retention,
+            "default_topic_config": TopicConfig(retry_ms or c.DEFAULT_RETRY_SCHEDULE_MS, lease_ms),
+        }
+        self._client: RedisClient | None = None
+        self._store: Store | None = None
+        self._connect_lock = threading.Lock()
         self.producer_only = producer_only
         self.consumer = consumer_name or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -200,9 +141,46 @@ class DelayQueue:
         self._stop_lock = threading.Lock()
         self._closed = False
 
+    # -- connecting, on first use -----------------------------------------------------------
+    # Nothing talks to Redis until a method needs it, so a web app can import the module that
+    # makes its queue while Redis is down; the first call then raises redis-py's ConnectionError.
+
+    @property
+    def client(self) -> RedisClient:
+        """The redis-py client (connects on first use: a URL is resolved to its deployment)."""
+        if self._client is None:
+            with self._connect_lock:
+                if self._client is None:
+                    if self._embedded is not None:
+                        self._client = self._embedded.client()
+                    else:  # a URL (one server, a cluster, Sentinel) or a client: see topology
+                        self._client = connect(self._source)  # type: ignore[arg-type]
+        return self._client
+
+    @property
+    def clock(self) -> Clock:
+        """The clock (a RedisSyncedClock unless one was given, synced on first use)."""
+        if self._clock is None:
+            client = self.client
+            with self._connect_lock:
+                if self._clock is None:
+                    # RedisSyncedClock only sends TIME, which a cluster client serves too.
+                    self._clock = RedisSyncedClock(client)  # type: ignore[arg-type]
+        return self._clock
+
+    @property
+    def store(self) -> Store:
+        """The namespace's Store (on first use checks or records its shard count)."""
+        if self._store is None:
+            client, clock = self.client, self.clock
+            with self._connect_lock:
+                if self._store is None:
+                    self._store = open_store(client, self._namespace, clock, **self._store_options)
+        return self._store
+
     @property
     def namespace(self) -> str:
-        return self.store.namespace
+        return self._namespace
 
     @property
     def handled_topics(self) -> list[str]:
@@ -210,34 +188,6 @@ class DelayQueue:
         return list(self._handlers)
 
     # -- producing ------------------------------------------------------------------------
-
-    def _new_job(
-        self,
-        topic: str,
-        job_id: str,
-        body: Any = None,
-        *,
-        delay: float | timedelta | None = None,
-        at: datetime | float | None = None,
-        retry: Sequence[float | timedelta] | None = None,
-        lease: float | timedelta | None = None,
-        callback: str | None = None,
-    ) -> NewJob:
-        if delay is not None and at is not None:
-            raise ValidationError("delay", "give either delay or at, not both")
-        return self.store.new_job(
-            topic,
-            job_id,
-            body,
-            delay_ms=None if delay is None else _delay_ms(delay, "delay"),
-            # A past time means now; the store then checks only what it checks for any due time.
-            due_ms=None
-            if at is None
-            else validation.due_at_s(_epoch_s(at, "at"), self.clock.now_ms(), "at"),
-            retry_ms=_schedule_ms(retry, "retry"),
-            lease_ms=None if lease is None else _lease_ms(lease, "lease"),
-            callback=callback,
-        )
 
     def add(
         self,
@@ -256,8 +206,16 @@ class DelayQueue:
         epoch seconds; a past time means now), or now. An existing (topic, id) raises
         JobExistsError unless ``replace``. Returns the state the job had before ("new" when
         it did not exist)."""
-        job = self._new_job(
-            topic, job_id, body, delay=delay, at=at, retry=retry, lease=lease, callback=callback
+        job = producing.new_job(
+            self.clock.now_ms(),
+            topic,
+            job_id,
+            body,
+            delay=delay,
+            at=at,
+            retry=retry,
+            lease=lease,
+            callback=callback,
         )
         if self._tracing.tracer is None:
             return self.store.add(job, replace=replace)
@@ -266,37 +224,7 @@ class DelayQueue:
     def add_many(self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False) -> list[str]:
         """Adds many jobs in one round trip, all or nothing. Each mapping takes add()'s
         arguments by name: topic, id, body, delay, at, retry, lease, callback."""
-        built = []
-        for n, spec in enumerate(jobs):
-            unknown = set(spec) - {
-                "topic",
-                "id",
-                "body",
-                "delay",
-                "at",
-                "retry",
-                "lease",
-                "callback",
-            }
-            if unknown:
-                raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")
-            if "topic" not in spec or "id" not in spec:
-                raise ValidationError(f"jobs[{n}]", "needs a topic and an id")
-            try:
-                built.append(
-                    self._new_job(
-                        spec["topic"],
-                        spec["id"],
-                        spec.get("body"),
-                        delay=spec.get("delay"),
-                        at=spec.get("at"),
-                        retry=spec.get("retry"),
-                        lease=spec.get("lease"),
-                        callback=spec.get("callback"),
-                    )
-                )
-            except ValidationError as exc:
-                raise ValidationError(f"jobs[{n}].{exc.field}", exc.message, exc.limit) from None
+        built = producing.new_jobs(self.clock.now_ms(), jobs)
         # Traced: one producer span per job (see actors.tracing).
         return self._tracing.send(built, partial(self.store.add_many, replace=replace))
 
@@ -309,20 +237,8 @@ class DelayQueue:
 
     def history(self, topic: str, job_id: str) -> list[AuditEvent]:
         """The job's audit events, oldest first (reads the stream: O(stream length))."""
-        validation.topic(topic)
-        validation.job_id(job_id)
-        return [
-            AuditEvent(
-                id=entry_id,
-                event=fields["e"],
-                topic=fields["t"],
-                job_id=fields["i"],
-                attempt=int(fields.get("a", 0)),
-                at_ms=int(fields["ms"]),
-                fields=fields,
-            )
-            for entry_id, fields in replay_history(self.store.iter_audit(), topic, job_id)
-        ]
+        producing.check_job_name(topic, job_id)
+        return producing.audit_events(self.store.iter_audit(), topic, job_id)
 
     def stats(self) -> dict[str, dict[str, int]]:
         return self.store.stats()
@@ -479,9 +395,13 @@ class DelayQueue:
         if self._closed:
             return
         self._closed = True
-        if self._owns_clock:
-            self.clock.close()
-        self.client.close()
+        # What was never made (nothing was called) is not made now just to be closed.
+        if self._owns_clock and self._clock is not None:
+            self._clock.close()
+        if self._client is not None:
+            self._client.close()
+        elif isinstance(self._source, redis.Redis | RedisCluster):
+            self._source.close()  # a client given to the queue is closed by it, as documented
         if self._embedded is not None:
             self._embedded.stop()
             self._embedded = None

@@ -45,9 +45,11 @@ def documented_names(text: str) -> set[str]:
 
 
 def public_members(cls: type) -> set[str]:
+    """Public methods and properties, inherited ones too (Store's come partly from ShardPlan)."""
     return {
         name
-        for name, member in vars(cls).items()
+        for base in cls.__mro__[:-1]  # without object
+        for name, member in vars(base).items()
         if not name.startswith("_") and (callable(member) or isinstance(member, property))
     }
 

@@ -17,6 +17,7 @@ PURE = [
     "actors.lifecycle",
     "actors.model",
     "actors.replay",
+    "actors.producing",
     "actors.values",
     "actors.job",
     "actors.errors",

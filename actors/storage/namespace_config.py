@@ -20,7 +20,7 @@ SHARDS_FIELD = "shards"
 RETENTION_FIELDS = ("audit_trim", "audit_maxlen", "audit_retention_ms")
 
 
-def _shards_arg(shards: object) -> int:
+def shards_arg(shards: object) -> int:
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= c.SHARDS_MAX:
         raise ConfigError(f"shards must be an integer from 1 to {c.SHARDS_MAX}, got {shards!r}")
     return shards
@@ -28,7 +28,13 @@ def _shards_arg(shards: object) -> int:
 
 def stored_shards(client: Any, namespace: str) -> int | None:
     """The recorded shard count, or None when the namespace has none recorded yet."""
-    raw = client.hget(config_key(validation.namespace(namespace)), SHARDS_FIELD)
+    return parse_shards(
+        namespace, client.hget(config_key(validation.namespace(namespace)), SHARDS_FIELD)
+    )
+
+
+def parse_shards(namespace: str, raw: Any) -> int | None:
+    """The shard count from the config HASH's field (None: not recorded)."""
     if raw is None:
         return None
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -43,27 +49,16 @@ def _has_unrecorded_jobs(client: Any, namespace: str) -> bool:
     return bool(client.exists(keys.jobs)) or bool(client.exists(keys.audit))
 
 
-def ensure_shards(client: Any, namespace: str, shards: int | None = None) -> int:
-    """The namespace's shard count, recording ``shards`` (default 1) if none is recorded.
+def unrecorded_jobs_error(namespace: str, proposal: int) -> ConfigError:
+    return ConfigError(
+        f"namespace {namespace!r} already holds jobs in one shard (written before its "
+        f"shard count was recorded); this process was configured with {proposal} "
+        "shards. Drain it or use a new namespace for a sharded queue."
+    )
 
-    Raises ConfigError, naming both numbers, when ``shards`` disagrees with the record.
-    ``shards=None`` adopts whatever is recorded.
-    """
-    namespace = validation.namespace(namespace)
-    wanted = None if shards is None else _shards_arg(shards)
-    recorded = stored_shards(client, namespace)
-    if recorded is None:
-        proposal = wanted or c.DEFAULT_SHARDS
-        if proposal != 1 and _has_unrecorded_jobs(client, namespace):
-            raise ConfigError(
-                f"namespace {namespace!r} already holds jobs in one shard (written before its "
-                f"shard count was recorded); this process was configured with {proposal} "
-                "shards. Drain it or use a new namespace for a sharded queue."
-            )
-        # HSETNX: of two processes starting at once, the first one's count wins for both.
-        client.hsetnx(config_key(namespace), SHARDS_FIELD, str(proposal))
-        recorded = stored_shards(client, namespace)
-        assert recorded is not None
+
+def check_shards(namespace: str, wanted: int | None, recorded: int) -> int:
+    """``recorded``, unless this process was configured with another count."""
     if wanted is not None and wanted != recorded:
         raise ConfigError(
             f"namespace {namespace!r} is stored with {recorded} shard"
@@ -74,15 +69,46 @@ def ensure_shards(client: Any, namespace: str, shards: int | None = None) -> int
     return recorded
 
 
+def ensure_shards(client: Any, namespace: str, shards: int | None = None) -> int:
+    """The namespace's shard count, recording ``shards`` (default 1) if none is recorded.
+
+    Raises ConfigError, naming both numbers, when ``shards`` disagrees with the record.
+    ``shards=None`` adopts whatever is recorded.
+    """
+    namespace = validation.namespace(namespace)
+    wanted = None if shards is None else shards_arg(shards)
+    recorded = stored_shards(client, namespace)
+    if recorded is None:
+        proposal = wanted or c.DEFAULT_SHARDS
+        if proposal != 1 and _has_unrecorded_jobs(client, namespace):
+            raise unrecorded_jobs_error(namespace, proposal)
+        # HSETNX: of two processes starting at once, the first one's count wins for both.
+        client.hsetnx(config_key(namespace), SHARDS_FIELD, str(proposal))
+        recorded = stored_shards(client, namespace)
+        assert recorded is not None
+    return check_shards(namespace, wanted, recorded)
+
+
 def stored_retention(client: Any, namespace: str) -> AuditRetention | None:
     """The recorded audit retention, or None when none is recorded."""
     raw = client.hmget(config_key(validation.namespace(namespace)), *RETENTION_FIELDS)
+    return parse_retention(namespace, raw)
+
+
+def parse_retention(namespace: str, raw: Any) -> AuditRetention | None:
+    """The retention from the config HASH's RETENTION_FIELDS (None: not recorded)."""
     if raw[0] is None:
         return None
     kind, maxlen, retention_ms = (v.decode() if isinstance(v, bytes) else str(v) for v in raw)
     if kind not in ("MAXLEN", "MINID", "NONE"):
         raise ConfigError(f"{config_key(namespace)} holds audit_trim={kind!r}")
     return AuditRetention(kind, int(maxlen), int(retention_ms))  # type: ignore[arg-type]
+
+
+def retention_fields(retention: AuditRetention) -> dict[str, str]:
+    """What records ``retention`` in the config HASH."""
+    values = (retention.kind, str(retention.maxlen), str(retention.retention_ms))
+    return dict(zip(RETENTION_FIELDS, values, strict=True))
 
 
 def ensure_retention(
@@ -97,14 +123,7 @@ def ensure_retention(
     """
     if retention is not None:
         client.hset(
-            config_key(validation.namespace(namespace)),
-            mapping=dict(
-                zip(
-                    RETENTION_FIELDS,
-                    (retention.kind, str(retention.maxlen), str(retention.retention_ms)),
-                    strict=True,
-                )
-            ),
+            config_key(validation.namespace(namespace)), mapping=retention_fields(retention)
         )
         return retention
     return stored_retention(client, namespace) or AuditRetention()

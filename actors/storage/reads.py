@@ -45,7 +45,11 @@ def audit_length(client: Any, shard_keys: Sequence[ShardKeys]) -> int:
 def audit_entries(
     client: Any, keys: ShardKeys, start: str = "-", end: str = "+", count: int | None = None
 ) -> list[Entry]:
-    raw: Any = client.xrange(keys.audit, start, end, count=count)
+    return decode_entries(client.xrange(keys.audit, start, end, count=count))
+
+
+def decode_entries(raw: Any) -> list[Entry]:
+    """An XRANGE reply as (entry id, fields) pairs of text."""
     return [
         (decoded(eid), {decoded(f): decoded(v) for f, v in fields.items()}) for eid, fields in raw
     ]

@@ -18,7 +18,6 @@ WAIT only covers the writes made on its own connection.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from redis.exceptions import (
 )
 
 from actors.storage.calls import ScriptCall
-from actors.storage.scripts import ScriptRunner, sources
+from actors.storage.scripts import ScriptRunner, shas, sources
 
 # Redirections and TRYAGAIN during a slot migration last milliseconds; calls are retried this
 # many times, 50 ms apart, before giving up.
@@ -58,10 +57,7 @@ class ScriptBatch:
         self.client = client
         self.runner = ScriptRunner(client)  # type: ignore[arg-type]  # works on RedisCluster too
         self._sources = {name: source for name, (_, source) in sources().items()}
-        self._shas = {
-            name: hashlib.sha1(source.encode()).hexdigest()
-            for name, source in self._sources.items()
-        }
+        self._shas = shas()
 
     def run(self, calls: Sequence[ScriptCall], *, raise_errors: bool = True) -> list[Any]:
         """Replies in call order. Raises the first error after every call has been tried, or

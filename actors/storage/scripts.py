@@ -22,6 +22,7 @@ thing, but Redis 6.2 cannot compile a shebang, and one source for both keeps one
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import cache
 from pathlib import Path
@@ -136,6 +137,14 @@ def allow_full(source: str) -> str:
 def sources() -> dict[str, tuple[int, str]]:
     """Script name -> (number of keys, expanded source), for redelay's scripts."""
     return load_sources(lua_dir())
+
+
+@cache
+def shas() -> dict[str, str]:
+    """Script name -> the SHA1 of its expanded source, the name EVALSHA knows it by."""
+    return {
+        name: hashlib.sha1(source.encode()).hexdigest() for name, (_, source) in sources().items()
+    }
 
 
 class ScriptRunner:

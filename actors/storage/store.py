@@ -43,23 +43,21 @@ from actors.clock import Clock
 from actors.errors import (
     ConfigError,
     ErrorCode,
-    JobExistsError,
-    NotReplicatedError,
-    PartialAddError,
     RedisFullError,
-    ValidationError,
 )
 from actors.lifecycle import State
-from actors.storage import calls, heartbeats, listing, reads
+from actors.producing import build_job
+from actors.storage import calls, heartbeats, reads
 from actors.storage import codec as _record
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
-from actors.storage.keys import ShardKeys, member, shard_of
+from actors.storage.keys import ShardKeys
 from actors.storage.namespace_config import (
     ensure_retention,
     ensure_shards,
     stored_retention,
     stored_shards,
 )
+from actors.storage.plan import ShardPlan
 from actors.storage.script_batch import ScriptBatch, WaitFor
 from actors.storage.scripts import refused_for_memory
 from actors.values import (
@@ -102,7 +100,7 @@ def _cluster_errors(method: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-class Store:
+class Store(ShardPlan):
     """Every shard of a namespace. Thread-safe as far as the redis client is."""
 
     def __init__(
@@ -118,35 +116,20 @@ class Store:
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ConfigError("redelay needs a redis client with decode_responses=False")
-        validation.count(shards, "shards", c.SHARDS_MAX)
+        super().__init__(
+            namespace,
+            clock,
+            shards=shards,
+            retention=retention,
+            default_topic_config=default_topic_config,
+            durability=durability,
+        )
         # Typed as the plain client, as callers use it: every command the store sends has the
         # same method on redis-py's RedisCluster.
         self.client: redis.Redis = client  # type: ignore[assignment]
-        self.namespace = validation.namespace(namespace)
-        self.clock = clock
-        self.retention = retention or AuditRetention()
-        self.default_topic_config = default_topic_config or TopicConfig()
-        self.topic_configs: dict[str, TopicConfig] = {}  # this process's topic defaults
-        self.durability = durability
-        self.shard_keys = [ShardKeys(self.namespace, s) for s in range(shards)]
-        self.keys = self.shard_keys[0]  # the only shard's keys, for one-shard callers
         self._batch = ScriptBatch(client)
         self._rotation: dict[str, Iterator[int]] = defaultdict(itertools.count)
         self._rotation_lock = threading.Lock()
-        # Set by memory(): while Redis is full, scripts trim the audit to REDIS_FULL_AUDIT_KEEP.
-        self.redis_full = False
-
-    @property
-    def shard_count(self) -> int:
-        return len(self.shard_keys)
-
-    @property
-    def wake_channels(self) -> list[str]:
-        return [k.wake_channel for k in self.shard_keys]
-
-    @property
-    def ready_channels(self) -> list[str]:
-        return [k.ready_channel for k in self.shard_keys]
 
     # -- building jobs ----------------------------------------------------------------------
 
@@ -163,62 +146,19 @@ class Store:
         callback: str | None = None,
     ) -> NewJob:
         """Validates one job; raises ValidationError naming the field. Defaults to due now."""
-        now = self.clock.now_ms()
-        if delay_ms is not None and due_ms is not None:
-            raise ValidationError(
-                "delay", "give either a delay or a due time, not both", "one of delay and at"
-            )
-        if due_ms is not None:
-            due = validation.due_ms(due_ms, now, "at")
-        else:
-            due = now + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
-        return NewJob(
-            topic=validation.topic(topic),
-            id=validation.job_id(job_id),
-            body=validation.body(body),
-            due_ms=due,
-            retry_ms=None if retry_ms is None else validation.schedule_ms(retry_ms),
-            lease_ms=None if lease_ms is None else validation.lease_ms(lease_ms),
-            callback=None if callback is None else validation.callback_url(callback),
+        return build_job(
+            self.clock.now_ms(),
+            topic,
+            job_id,
+            body,
+            delay_ms=delay_ms,
+            due_ms=due_ms,
+            retry_ms=retry_ms,
+            lease_ms=lease_ms,
+            callback=callback,
         )
 
     # -- helpers ----------------------------------------------------------------------------
-
-    def _now(self) -> CallTime:
-        """The clock, read once for every shard's call of one operation."""
-        now_ms = self.clock.now_ms()
-        if self.redis_full:  # history goes before jobs: every transition trims it short
-            return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP))
-        kind, threshold = self.retention.args(now_ms)
-        return CallTime(now_ms, kind, threshold)
-
-    def _topic_config_blob(self, topic: str) -> bytes:
-        config = self.topic_configs.get(topic, self.default_topic_config)
-        return _record.pack_topic_config(config.retry_ms, config.lease_ms)
-
-    @staticmethod
-    def _batch_limit(items: Sequence[Any], field_name: str) -> None:
-        if len(items) > c.BATCH_MAX_JOBS:
-            raise ValidationError(
-                field_name, f"has {len(items)} jobs", f"{c.BATCH_MAX_JOBS} per call"
-            )
-
-    @staticmethod
-    def _member(topic: str, job_id: str) -> str:
-        """The member of a job named by a caller; checked, so a bad name writes no event."""
-        return member(validation.topic(topic), validation.job_id(job_id))
-
-    def _shard_of(self, topic: str, job_id: str) -> int:
-        return shard_of(topic, job_id, len(self.shard_keys))
-
-    def _group(self, items: Sequence[tuple[Any, ...]]) -> dict[int, list[int]]:
-        """Indexes of ``items`` (tuples starting with topic, id) per shard, in input order."""
-        if len(self.shard_keys) == 1:  # the common case: no hashing on the hot path
-            return {0: list(range(len(items)))}
-        groups: dict[int, list[int]] = defaultdict(list)
-        for n, item in enumerate(items):
-            groups[self._shard_of(str(item[0]), str(item[1]))].append(n)
-        return groups
 
     def _run(self, shard_calls: dict[int, ScriptCall]) -> dict[int, Any]:
         """Each shard's reply; raises the first error after every call was tried."""
@@ -290,24 +230,7 @@ class Store:
         """
         if not jobs:
             return []
-        self._batch_limit(jobs, "jobs")
-        seen: set[tuple[str, str]] = set()
-        for job in jobs:
-            key = (job.topic, job.id)
-            if key in seen:
-                raise ValidationError(
-                    "jobs",
-                    f"{job.topic}/{job.id} appears twice in one batch",
-                    "each (topic, id) once per call",
-                )
-            seen.add(key)
-        blobs = {topic: self._topic_config_blob(topic) for topic in {j.topic for j in jobs}}
-        groups = self._group([(j.topic, j.id) for j in jobs])
-        at = self._now()
-        shard_calls = {
-            s: calls.add(self.shard_keys[s], at, [jobs[n] for n in idx], blobs, replace=replace)
-            for s, idx in groups.items()
-        }
+        groups, shard_calls = self._add_calls(jobs, replace=replace)
         acked: int | None = None
         try:
             if self.durability is None:
@@ -321,28 +244,7 @@ class Store:
             if refused_for_memory(exc):
                 raise RedisFullError("add", str(exc)) from exc
             raise
-        results: list[str] = ["new"] * len(jobs)
-        existing: list[tuple[str, str]] = []
-        added: list[tuple[str, str]] = []
-        for shard, indexes in groups.items():
-            if replace:
-                states = calls.states_before(replies[shard])
-            else:
-                found = calls.existing_jobs(replies[shard])
-                if found:
-                    existing += found
-                    continue
-                states = ["new"] * len(indexes)
-            for n, state in zip(indexes, states, strict=True):
-                results[n] = state
-                added.append((jobs[n].topic, jobs[n].id))
-        if existing:
-            if len(groups) == 1:
-                raise JobExistsError(existing)
-            raise PartialAddError(existing, added)
-        if self.durability is not None and acked is not None and acked < self.durability.replicas:
-            raise NotReplicatedError(added, acked, self.durability.replicas, results)
-        return results
+        return self._add_results(jobs, groups, replies, replace=replace, acked=acked)
 
     def add(self, job: NewJob, *, replace: bool = False) -> str:
         return self.add_many([job], replace=replace)[0]
@@ -531,8 +433,7 @@ class Store:
     @_cluster_errors
     def cancel(self, topic: str, job_id: str) -> CancelOutcome:
         """Cancels a job: removed when delayed, ready or dead; marked when leased."""
-        job = self._member(topic, job_id)
-        keys = self.shard_keys[self._shard_of(topic, job_id)]
+        keys, job = self._job_keys(topic, job_id)
         (reply,) = self._batch.run([calls.cancel(keys, self._now(), job)])
         return calls.cancel_outcome(reply)
 
@@ -569,8 +470,7 @@ class Store:
 
     @_cluster_errors
     def get(self, topic: str, job_id: str) -> JobInfo | None:
-        job = self._member(topic, job_id)
-        keys = self.shard_keys[self._shard_of(topic, job_id)]
+        keys, job = self._job_keys(topic, job_id)
         (reply,) = self._batch.run([calls.inspect(keys, self._now(), job)])
         return calls.inspected(topic, job_id, reply)
 
@@ -581,15 +481,10 @@ class Store:
     @_cluster_errors
     def stats(self) -> dict[str, dict[str, int]]:
         """Jobs per topic and state, from the counters the scripts keep (O(topics))."""
-        counts: dict[str, dict[str, int]] = {}
-        for name in self.topics():
-            counts[name] = {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
-        for keys in self.shard_keys:
-            for raw_field, raw_value in self.client.hgetall(keys.counts).items():
-                topic, _, state = decoded(raw_field).rpartition("|")
-                into = counts.setdefault(topic, {"delayed": 0, "ready": 0, "leased": 0, "dead": 0})
-                into[state] = into.get(state, 0) + int(raw_value)
-        return counts
+        return self._stats(
+            [t for k in self.shard_keys for t in self.client.hkeys(k.topics)],
+            [self.client.hgetall(k.counts) for k in self.shard_keys],
+        )
 
     @_cluster_errors
     def dead(self, topic: str | None = None, limit: int = 100) -> list[JobInfo]:
@@ -614,34 +509,8 @@ class Store:
         """One page of ``topic``'s jobs in ``state``: delayed by due time, ready in list order,
         leased by deadline, dead by time of death. One script call per shard, in one round trip
         per node; ``after`` is the previous page's ``next_after`` (see storage/listing.py)."""
-        validation.topic(topic)
-        listed = listing.listed_state(state)
-        validation.count(limit, "limit", c.LIST_LIMIT_MAX)
-        # Where each shard resumes: one position for every shard's ZSET, or per shard in the
-        # ready lists (see storage/listing.py).
-        positions: dict[int, str] = {}
-        starts: dict[int, tuple[int | None, str] | None]
-        if listed == State.READY:
-            positions = listing.ready_after(after, topic, self.shard_count)
-            starts = {
-                s: (None, positions[s]) if s in positions else None for s in range(self.shard_count)
-            }
-        else:
-            position = listing.zset_after(after, topic, listed)
-            starts = dict.fromkeys(range(self.shard_count), position)
-        at = self._now()
-        replies = self._run(
-            {
-                s: calls.list_page(
-                    self.shard_keys[s], at, topic, listed, limit, c.LIST_SCAN_ENTRIES, start
-                )
-                for s, start in starts.items()
-            }
-        )
-        pages = {s: calls.listed(topic, listed, reply) for s, reply in replies.items()}
-        if listed == State.READY:
-            return listing.ready_page(topic, pages, positions, limit)
-        return listing.zset_page(topic, listed, list(pages.values()), limit)
+        listed, positions, shard_calls = self._jobs_calls(topic, state, after, limit)
+        return self._jobs_page(topic, listed, positions, self._run(shard_calls), limit)
 
     @_cluster_errors
     def earliest_due_ms(self) -> int | None:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -26,8 +27,8 @@ from actors.errors import ConfigError
 
 RedisClient = redis.Redis | RedisCluster
 
-_SENTINEL_SCHEMES = ("redis+sentinel", "sentinel")
-_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "sentinel")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 def connect(source: str | RedisClient, **options: Any) -> RedisClient:
@@ -38,9 +39,9 @@ def connect(source: str | RedisClient, **options: Any) -> RedisClient:
     if not isinstance(source, str):
         raise ConfigError(f"expected a Redis URL or client, got {type(source).__name__}")
     scheme = source.split("://", 1)[0].lower()
-    if scheme in _SENTINEL_SCHEMES:
+    if scheme in SENTINEL_SCHEMES:
         return _sentinel_master(source, options)
-    if scheme in _CLUSTER_SCHEMES:
+    if scheme in CLUSTER_SCHEMES:
         return _cluster(source, options)
     client = redis.Redis.from_url(source, **options)
     if scheme in ("redis", "rediss") and _cluster_enabled(client):
@@ -109,7 +110,17 @@ def _hosts(netloc: str, default_port: int) -> tuple[str | None, str | None, list
     return username, password, hosts
 
 
-def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
+@dataclass(frozen=True, slots=True)
+class SentinelSettings:
+    """A ``redis+sentinel://`` URL taken apart: the sync and the async client are made from it."""
+
+    hosts: list[tuple[str, int]]
+    service: str
+    sentinel_kwargs: dict[str, Any]
+    connection: dict[str, Any]
+
+
+def sentinel_settings(url: str, options: dict[str, Any]) -> SentinelSettings:
     parts = urlsplit(url)
     username, password, hosts = _hosts(parts.netloc, 26379)
     service = parts.path.strip("/")
@@ -130,13 +141,13 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
         connection["db"] = int(query.pop("db"))
     if query:
         raise ConfigError(f"{url!r}: unknown options {sorted(query)}")
-    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs or None, **connection)  # type: ignore[no-untyped-call]
-    client: redis.Redis = sentinel.master_for(service)  # type: ignore[no-untyped-call]
-    check_client(client)
-    return client
+    return SentinelSettings(hosts, service, sentinel_kwargs, connection)
 
 
-def _cluster(url: str, options: dict[str, Any]) -> RedisCluster:
+def cluster_settings(
+    url: str, options: dict[str, Any]
+) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """A ``redis+cluster://`` URL taken apart: (startup nodes, client options)."""
     parts = urlsplit(url)
     username, password, hosts = _hosts(parts.netloc, 6379)
     kwargs: dict[str, Any] = {**options}
@@ -146,6 +157,21 @@ def _cluster(url: str, options: dict[str, Any]) -> RedisCluster:
         kwargs["username"] = username
     if parts.scheme.lower().startswith("rediss"):
         kwargs["ssl"] = True
+    return hosts, kwargs
+
+
+def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
+    found = sentinel_settings(url, options)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        found.hosts, sentinel_kwargs=found.sentinel_kwargs or None, **found.connection
+    )
+    client: redis.Redis = sentinel.master_for(found.service)  # type: ignore[no-untyped-call]
+    check_client(client)
+    return client
+
+
+def _cluster(url: str, options: dict[str, Any]) -> RedisCluster:
+    hosts, kwargs = cluster_settings(url, options)
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
     client = RedisCluster(startup_nodes=nodes, **kwargs)
     try:

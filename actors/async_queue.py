@@ -1,0 +1,188 @@
+"""AsyncDelayQueue: the producer for asyncio services (FastAPI, aiohttp, Starlette, ...).
+
+``DelayQueue.add`` blocks its thread for a round trip, which in a coroutine blocks the event
+loop. This facade sends the same script calls on ``redis.asyncio`` instead: every method is a
+coroutine, checks its input exactly as DelayQueue does (actors/producing.py) and gives the same
+results and errors. It only produces and inspects; workers run a :class:`DelayQueue`.
+
+Nothing connects in the constructor: the first awaited call connects, syncs the clock with the
+server's ``TIME`` and checks the namespace's shard count, so a module can make its queue at
+import time while Redis is down. A queue and its client belong to one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from actors import _constants as c
+from actors import _validation as validation
+from actors import producing
+from actors.clock import Clock
+from actors.lifecycle import State
+from actors.producing import AuditEvent
+from actors.storage.async_store import AsyncStore, ServerClock, open_async_store
+from actors.storage.async_topology import AsyncClient, check_source, connect
+from actors.values import AuditRetention, Durability, JobInfo, JobPage, TopicConfig
+
+
+class AsyncDelayQueue:
+    """The async producer; see the module docstring. Methods run on the caller's event loop."""
+
+    def __init__(
+        self,
+        redis_source: str | AsyncClient,
+        namespace: str = "default",
+        *,
+        clock: Clock | None = None,
+        retention: AuditRetention | None = None,
+        default_retry: Sequence[float | timedelta] | None = None,
+        default_lease: float | timedelta = c.DEFAULT_LEASE_MS / 1000,
+        shards: int | None = None,
+        durability: Durability | None = None,
+    ) -> None:
+        # Everything that can be checked without I/O is checked here, as DelayQueue does.
+        check_source(redis_source)
+        self._source = redis_source
+        self._namespace = validation.namespace(namespace)
+        if shards is not None:
+            validation.count(shards, "shards", c.SHARDS_MAX)
+        retry_ms = producing.schedule_ms(default_retry, "default_retry")
+        lease_ms = producing.lease_ms(default_lease, "default_lease")
+        self._store_options: dict[str, Any] = {
+            "shards": shards,
+            "durability": durability,
+            "retention": retention,
+            "default_topic_config": TopicConfig(retry_ms or c.DEFAULT_RETRY_SCHEDULE_MS, lease_ms),
+        }
+        self._given_clock = clock
+        self._server_clock: ServerClock | None = None
+        self._client: AsyncClient | None = None
+        self._store: AsyncStore | None = None
+        self._lock = asyncio.Lock()  # binds to a loop only when first contended (3.10+)
+        self._closed = False
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    async def store(self) -> AsyncStore:
+        """The namespace's AsyncStore: on the first call connects, syncs the clock and checks
+        the shard count (an unreachable server raises redis-py's ConnectionError, and the next
+        call tries again); later calls re-sync the clock once a minute."""
+        if self._closed:
+            raise RuntimeError("this AsyncDelayQueue is closed")
+        if self._store is None:
+            async with self._lock:
+                if self._store is None:
+                    self._store = await self._open()
+        if self._server_clock is not None:
+            await self._server_clock.refresh()
+        return self._store
+
+    async def _open(self) -> AsyncStore:
+        if self._client is None:
+            self._client = await connect(self._source)
+        clock: Clock
+        if self._given_clock is not None:
+            clock = self._given_clock
+        else:
+            if self._server_clock is None:
+                self._server_clock = ServerClock(self._client)
+            await self._server_clock.refresh()
+            clock = self._server_clock
+        return await open_async_store(self._client, self._namespace, clock, **self._store_options)
+
+    # -- producing ------------------------------------------------------------------------
+
+    async def add(
+        self,
+        topic: str,
+        job_id: str,
+        body: Any = None,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        retry: Sequence[float | timedelta] | None = None,
+        lease: float | timedelta | None = None,
+        callback: str | None = None,
+        replace: bool = False,
+    ) -> str:
+        """As :meth:`DelayQueue.add`: the state the job had before ("new" when it did not
+        exist); JobExistsError for an existing (topic, id) unless ``replace``."""
+        store = await self.store()
+        job = producing.new_job(
+            store.clock.now_ms(),
+            topic,
+            job_id,
+            body,
+            delay=delay,
+            at=at,
+            retry=retry,
+            lease=lease,
+            callback=callback,
+        )
+        return await store.add(job, replace=replace)
+
+    async def add_many(
+        self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False
+    ) -> list[str]:
+        """As :meth:`DelayQueue.add_many`: one round trip, all or nothing."""
+        store = await self.store()
+        return await store.add_many(producing.new_jobs(store.clock.now_ms(), jobs), replace=replace)
+
+    # schedule(), unschedule() and schedules() (issue 14 part 1) belong here, each built on the
+    # same pure planning as its DelayQueue twin and sent through AsyncStore.
+
+    async def cancel(self, topic: str, job_id: str) -> bool:
+        """True when the job existed. A leased job is marked: its current run ends it."""
+        producing.check_job_name(topic, job_id)
+        return await (await self.store()).cancel(topic, job_id) != "missing"
+
+    async def get(self, topic: str, job_id: str) -> JobInfo | None:
+        producing.check_job_name(topic, job_id)
+        return await (await self.store()).get(topic, job_id)
+
+    async def history(self, topic: str, job_id: str) -> list[AuditEvent]:
+        """The job's audit events, oldest first (reads its shard's stream: O(stream length))."""
+        producing.check_job_name(topic, job_id)
+        entries = await (await self.store()).job_entries(topic, job_id)
+        return producing.audit_events(entries, topic, job_id)
+
+    async def stats(self) -> dict[str, dict[str, int]]:
+        return await (await self.store()).stats()
+
+    async def jobs(
+        self, topic: str, state: State | str, *, after: str | None = None, limit: int = 100
+    ) -> JobPage:
+        """As :meth:`DelayQueue.jobs`: one page of ``topic``'s jobs in ``state``."""
+        return await (await self.store()).jobs(topic, state, after=after, limit=limit)
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Closes the connections (a client given to the queue too). Never connects."""
+        if self._closed:
+            return
+        self._closed = True
+        client = self._client if self._client is not None else self._source
+        if not isinstance(client, str):
+            await client.aclose()
+
+    async def close(self) -> None:
+        """The same as :meth:`aclose`."""
+        await self.aclose()
+
+    async def __aenter__(self) -> AsyncDelayQueue:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

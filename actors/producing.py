@@ -1,0 +1,195 @@
+"""What a producer sends, checked and built without I/O: shared by DelayQueue and AsyncDelayQueue.
+
+The public API takes seconds (or ``timedelta``) and epoch seconds (or aware ``datetime``); the
+store takes milliseconds. Both facades turn their arguments into :class:`NewJob` values here, with
+the clock read once by the caller and passed in, so the sync and the async producer give the same
+errors for the same input, naming the same field, in the caller's unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from actors import _validation as validation
+from actors.errors import ValidationError
+from actors.replay import history
+from actors.values import NewJob
+
+Entry = tuple[str, dict[str, str]]
+
+# The names add_many's mappings take: add()'s arguments.
+JOB_FIELDS = frozenset({"topic", "id", "body", "delay", "at", "retry", "lease", "callback"})
+
+_AT_LIMIT = "epoch seconds or a timezone-aware datetime"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One entry of the audit stream, as history() returns it."""
+
+    id: str
+    event: str
+    topic: str
+    job_id: str
+    attempt: int
+    at_ms: int
+    fields: dict[str, str]
+
+
+def seconds(value: float | timedelta, field: str) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(
+            field,
+            f"must be seconds or a timedelta, got {type(value).__name__}",
+            "a number of seconds or a timedelta",
+        )
+    return float(value)
+
+
+def epoch_s(value: datetime | float, field: str) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValidationError(
+                field, "must be timezone-aware (naive datetimes are ambiguous)", _AT_LIMIT
+            )
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(
+            field, f"must be epoch seconds or a datetime, got {type(value).__name__}", _AT_LIMIT
+        )
+    return float(value)
+
+
+# These validate in seconds, so an error speaks the caller's unit.
+def delay_ms(value: float | timedelta, field: str) -> int:
+    return validation.delay_ms(seconds(value, field) * 1000, field, unit="s")
+
+
+def lease_ms(value: float | timedelta, field: str) -> int:
+    return validation.lease_ms(seconds(value, field) * 1000, field, unit="s")
+
+
+def schedule_ms(retry: Sequence[float | timedelta] | None, field: str) -> tuple[int, ...] | None:
+    if retry is None:
+        return None
+    if isinstance(retry, str | bytes) or not isinstance(retry, Sequence):
+        raise ValidationError(field, f"must be a list of delays, got {type(retry).__name__}")
+    steps = [seconds(step, f"{field}[{n}]") for n, step in enumerate(retry)]
+    return validation.schedule_ms([s * 1000 for s in steps], field, unit="s")
+
+
+def build_job(
+    now_ms: int,
+    topic: str,
+    job_id: str,
+    body: Any = None,
+    *,
+    delay_ms: float | None = None,
+    due_ms: float | None = None,
+    retry_ms: Sequence[float] | None = None,
+    lease_ms: float | None = None,
+    callback: str | None = None,
+) -> NewJob:
+    """One job from the store's units (ms); raises ValidationError naming the field. Due now
+    unless a delay or a due time is given."""
+    if delay_ms is not None and due_ms is not None:
+        raise ValidationError(
+            "delay", "give either a delay or a due time, not both", "one of delay and at"
+        )
+    if due_ms is not None:
+        due = validation.due_ms(due_ms, now_ms, "at")
+    else:
+        due = now_ms + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
+    return NewJob(
+        topic=validation.topic(topic),
+        id=validation.job_id(job_id),
+        body=validation.body(body),
+        due_ms=due,
+        retry_ms=None if retry_ms is None else validation.schedule_ms(retry_ms),
+        lease_ms=None if lease_ms is None else validation.lease_ms(lease_ms),
+        callback=None if callback is None else validation.callback_url(callback),
+    )
+
+
+def new_job(
+    now_ms: int,
+    topic: str,
+    job_id: str,
+    body: Any = None,
+    *,
+    delay: float | timedelta | None = None,
+    at: datetime | float | None = None,
+    retry: Sequence[float | timedelta] | None = None,
+    lease: float | timedelta | None = None,
+    callback: str | None = None,
+) -> NewJob:
+    """One job from add()'s arguments (seconds, epoch seconds); errors name add()'s fields."""
+    if delay is not None and at is not None:
+        raise ValidationError("delay", "give either delay or at, not both")
+    return build_job(
+        now_ms,
+        topic,
+        job_id,
+        body,
+        delay_ms=None if delay is None else delay_ms(delay, "delay"),
+        # A past time means now; build_job then checks only what it checks for any due time.
+        due_ms=None if at is None else validation.due_at_s(epoch_s(at, "at"), now_ms, "at"),
+        retry_ms=schedule_ms(retry, "retry"),
+        lease_ms=None if lease is None else lease_ms(lease, "lease"),
+        callback=callback,
+    )
+
+
+def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
+    """add_many()'s mappings as jobs; an error names the item (``jobs[3].delay``)."""
+    built = []
+    for n, spec in enumerate(specs):
+        unknown = set(spec) - JOB_FIELDS
+        if unknown:
+            raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")
+        if "topic" not in spec or "id" not in spec:
+            raise ValidationError(f"jobs[{n}]", "needs a topic and an id")
+        try:
+            built.append(
+                new_job(
+                    now_ms,
+                    spec["topic"],
+                    spec["id"],
+                    spec.get("body"),
+                    delay=spec.get("delay"),
+                    at=spec.get("at"),
+                    retry=spec.get("retry"),
+                    lease=spec.get("lease"),
+                    callback=spec.get("callback"),
+                )
+            )
+        except ValidationError as exc:
+            raise ValidationError(f"jobs[{n}].{exc.field}", exc.message, exc.limit) from None
+    return built
+
+
+def check_job_name(topic: str, job_id: str) -> None:
+    """A (topic, id) named by a caller that only reads: checked before any I/O."""
+    validation.topic(topic)
+    validation.job_id(job_id)
+
+
+def audit_events(entries: Iterable[Entry], topic: str, job_id: str) -> list[AuditEvent]:
+    """The job's events among ``entries`` (audit stream entries in time order), oldest first."""
+    return [
+        AuditEvent(
+            id=entry_id,
+            event=fields["e"],
+            topic=fields["t"],
+            job_id=fields["i"],
+            attempt=int(fields.get("a", 0)),
+            at_ms=int(fields["ms"]),
+            fields=fields,
+        )
+        for entry_id, fields in history(entries, topic, job_id)
+    ]

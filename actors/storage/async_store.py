@@ -1,0 +1,235 @@
+"""The producer's operations on ``redis.asyncio``: add, cancel, get, jobs, stats, a job's events.
+
+:class:`AsyncStore` inherits :class:`actors.storage.plan.ShardPlan` with :class:`Store`, so the
+calls it sends (built by actors/storage/calls.py) and what it makes of the replies are the sync
+store's, shards included; only the sending is its own (:class:`AsyncScriptBatch`). It has no
+worker-side operations (lease, ack, fail, ...): workers run on the sync store in their actors.
+
+A client belongs to the event loop it first ran on (redis-py's asyncio connections do), so one
+AsyncStore serves one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError, ResponseError
+
+from actors import _constants as c
+from actors import _validation as validation
+from actors.clock import SYNC_SAMPLES, SystemClock, TimeSample, best_offset
+from actors.errors import ConfigError, RedisFullError
+from actors.lifecycle import State
+from actors.storage import calls
+from actors.storage.async_batch import AsyncScriptBatch
+from actors.storage.async_topology import AsyncClient, is_cluster
+from actors.storage.calls import CancelOutcome, ScriptCall
+from actors.storage.keys import ShardKeys, config_key
+from actors.storage.namespace_config import (
+    RETENTION_FIELDS,
+    SHARDS_FIELD,
+    check_shards,
+    parse_retention,
+    parse_shards,
+    retention_fields,
+    shards_arg,
+    unrecorded_jobs_error,
+)
+from actors.storage.plan import ShardPlan
+from actors.storage.reads import Entry, decode_entries
+from actors.storage.script_batch import WaitFor
+from actors.storage.scripts import refused_for_memory
+from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
+
+log = logging.getLogger("actors.async_store")
+
+# A job's events are read from its shard's stream this many entries at a time.
+_AUDIT_CHUNK = 5_000
+
+
+class ServerClock(SystemClock):
+    """The local clock corrected to the server's ``TIME``, synced on the event loop.
+
+    Like :class:`actors.clock.RedisSyncedClock` without its thread: :meth:`refresh` is awaited
+    before each operation and measures again once the last measurement is ``refresh_ms`` old.
+    """
+
+    def __init__(self, client: AsyncClient, refresh_ms: int = 60_000) -> None:
+        super().__init__()
+        self._client = client
+        self._refresh_ms = refresh_ms
+        self._synced_at: float | None = None
+        self.last_rtt_ms = 0.0
+
+    async def sync(self) -> float:
+        """Measures the offset to the server; returns it in ms."""
+        samples = []
+        for _ in range(SYNC_SAMPLES):
+            before = time.time()
+            seconds, micros = await self._client.time()
+            samples.append(TimeSample(before, seconds, micros, time.time()))
+        self.last_rtt_ms, self._offset_ms = best_offset(samples)
+        self._synced_at = time.monotonic()
+        return self._offset_ms
+
+    async def refresh(self) -> None:
+        if self._synced_at is None:
+            await self.sync()  # the first measurement's error is the caller's
+        elif time.monotonic() - self._synced_at >= self._refresh_ms / 1000:
+            try:
+                await self.sync()
+            except RedisError as exc:  # keep the last offset; the operation will tell
+                self._synced_at = time.monotonic()
+                log.warning("clock sync with Redis failed: %s", exc)
+
+
+class AsyncStore(ShardPlan):
+    """A namespace's shards on an asyncio client; see the module docstring."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        namespace: str,
+        clock: Any,
+        *,
+        shards: int = 1,
+        retention: AuditRetention | None = None,
+        default_topic_config: TopicConfig | None = None,
+        durability: Durability | None = None,
+    ) -> None:
+        super().__init__(
+            namespace,
+            clock,
+            shards=shards,
+            retention=retention,
+            default_topic_config=default_topic_config,
+            durability=durability,
+        )
+        self.client = client
+        self._batch = AsyncScriptBatch(client)
+
+    async def _run(self, shard_calls: dict[int, ScriptCall]) -> dict[int, Any]:
+        replies, _ = await self._batch.run(list(shard_calls.values()))
+        return dict(zip(shard_calls, replies, strict=True))
+
+    async def add_many(self, jobs: Sequence[NewJob], *, replace: bool = False) -> list[str]:
+        """As :meth:`Store.add_many`: one call per shard, all or nothing per shard."""
+        if not jobs:
+            return []
+        groups, shard_calls = self._add_calls(jobs, replace=replace)
+        wait = None
+        if self.durability is not None:
+            wait = WaitFor(self.durability.replicas, self.durability.timeout_ms)
+        try:
+            replies, acked = await self._batch.run(list(shard_calls.values()), wait)
+        except ResponseError as exc:
+            # As Store.add_many: the add script's first write is refused, so nothing was written.
+            if refused_for_memory(exc):
+                raise RedisFullError("add", str(exc)) from exc
+            raise
+        if wait is not None and acked is None:
+            acked = wait.replicas
+        by_shard = dict(zip(shard_calls, replies, strict=True))
+        return self._add_results(jobs, groups, by_shard, replace=replace, acked=acked)
+
+    async def add(self, job: NewJob, *, replace: bool = False) -> str:
+        return (await self.add_many([job], replace=replace))[0]
+
+    async def cancel(self, topic: str, job_id: str) -> CancelOutcome:
+        keys, job = self._job_keys(topic, job_id)
+        (reply,), _ = await self._batch.run([calls.cancel(keys, self._now(), job)])
+        return calls.cancel_outcome(reply)
+
+    async def get(self, topic: str, job_id: str) -> JobInfo | None:
+        keys, job = self._job_keys(topic, job_id)
+        (reply,), _ = await self._batch.run([calls.inspect(keys, self._now(), job)])
+        return calls.inspected(topic, job_id, reply)
+
+    async def stats(self) -> dict[str, dict[str, int]]:
+        topics = await asyncio.gather(*(self.client.hkeys(k.topics) for k in self.shard_keys))
+        counts = await asyncio.gather(*(self.client.hgetall(k.counts) for k in self.shard_keys))
+        return self._stats([t for shard in topics for t in shard], counts)
+
+    async def jobs(
+        self, topic: str, state: State | str, *, after: str | None = None, limit: int = 100
+    ) -> JobPage:
+        listed, positions, shard_calls = self._jobs_calls(topic, state, after, limit)
+        return self._jobs_page(topic, listed, positions, await self._run(shard_calls), limit)
+
+    async def job_entries(self, topic: str, job_id: str) -> list[Entry]:
+        """The audit entries of the job's shard that name it, oldest first. Only its shard: the
+        scripts write a job's events to the stream of the shard that holds it."""
+        keys, _ = self._job_keys(topic, job_id)
+        found: list[Entry] = []
+        start = "-"
+        while True:
+            raw = await self.client.xrange(keys.audit, start, "+", count=_AUDIT_CHUNK)
+            entries = decode_entries(raw)
+            found += [e for e in entries if e[1].get("t") == topic and e[1].get("i") == job_id]
+            if len(entries) < _AUDIT_CHUNK:
+                return found
+            start = "(" + entries[-1][0]
+
+
+async def ensure_shards(client: AsyncClient, namespace: str, shards: int | None) -> int:
+    """As :func:`actors.storage.namespace_config.ensure_shards`, on an asyncio client."""
+    namespace = validation.namespace(namespace)
+    wanted = None if shards is None else shards_arg(shards)
+    key = config_key(namespace)
+    recorded = parse_shards(namespace, await client.hget(key, SHARDS_FIELD))
+    if recorded is None:
+        proposal = wanted or c.DEFAULT_SHARDS
+        if proposal != 1:
+            first = ShardKeys(namespace, 0)
+            if await client.exists(first.jobs) or await client.exists(first.audit):
+                raise unrecorded_jobs_error(namespace, proposal)
+        # HSETNX: of two processes starting at once, the first one's count wins for both.
+        await client.hsetnx(key, SHARDS_FIELD, str(proposal))
+        recorded = parse_shards(namespace, await client.hget(key, SHARDS_FIELD))
+        assert recorded is not None
+    return check_shards(namespace, wanted, recorded)
+
+
+async def ensure_retention(
+    client: AsyncClient, namespace: str, retention: AuditRetention | None
+) -> AuditRetention:
+    """As :func:`actors.storage.namespace_config.ensure_retention`, on an asyncio client."""
+    key = config_key(validation.namespace(namespace))
+    if retention is not None:
+        await client.hset(key, mapping=retention_fields(retention))  # type: ignore[arg-type]
+        return retention
+    raw = await client.hmget(key, list(RETENTION_FIELDS))
+    return parse_retention(namespace, raw) or AuditRetention()
+
+
+async def open_async_store(
+    client: AsyncClient,
+    namespace: str,
+    clock: Any,
+    *,
+    shards: int | None = None,
+    durability: Durability | None = None,
+    retention: AuditRetention | None = None,
+    default_topic_config: TopicConfig | None = None,
+) -> AsyncStore:
+    """As :func:`actors.storage.store.open_store`: checks (or records) the shard count first."""
+    if durability is not None and is_cluster(client):
+        raise ConfigError(
+            "AsyncDelayQueue supports durability on one server or Sentinel, not on Redis "
+            "Cluster (WAIT must follow the writes on each node's connection); use DelayQueue"
+        )
+    count = await ensure_shards(client, namespace, shards)
+    retention = await ensure_retention(client, namespace, retention)
+    return AsyncStore(
+        client,
+        namespace,
+        clock,
+        shards=count,
+        retention=retention,
+        default_topic_config=default_topic_config,
+        durability=durability,
+    )

@@ -1,0 +1,233 @@
+"""What a store operation sends to which shard, and what the replies mean: no I/O here.
+
+:class:`ShardPlan` holds a namespace's shards and settings and turns an operation into one
+script call per shard (built by actors/storage/calls.py) and the shards' replies into its
+result. :class:`actors.storage.store.Store` runs the calls on redis-py's blocking client and
+:class:`actors.storage.async_store.AsyncStore` on ``redis.asyncio``; both inherit this, so the
+two give the same results and the same errors for the same input.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from actors import _constants as c
+from actors import _validation as validation
+from actors.clock import Clock
+from actors.errors import (
+    JobExistsError,
+    NotReplicatedError,
+    PartialAddError,
+    ValidationError,
+)
+from actors.lifecycle import State
+from actors.storage import calls, listing
+from actors.storage import codec as _record
+from actors.storage.calls import CallTime, ScriptCall, decoded
+from actors.storage.keys import ShardKeys, member, shard_of
+from actors.values import AuditRetention, Durability, JobPage, NewJob, TopicConfig
+
+_STATES = ("delayed", "ready", "leased", "dead")
+
+
+class ShardPlan:
+    """A namespace's shards and settings, and the pure half of every store operation."""
+
+    def __init__(
+        self,
+        namespace: str,
+        clock: Clock,
+        *,
+        shards: int = 1,
+        retention: AuditRetention | None = None,
+        default_topic_config: TopicConfig | None = None,
+        durability: Durability | None = None,
+    ) -> None:
+        validation.count(shards, "shards", c.SHARDS_MAX)
+        self.namespace = validation.namespace(namespace)
+        self.clock = clock
+        self.retention = retention or AuditRetention()
+        self.default_topic_config = default_topic_config or TopicConfig()
+        self.topic_configs: dict[str, TopicConfig] = {}  # this process's topic defaults
+        self.durability = durability
+        self.shard_keys = [ShardKeys(self.namespace, s) for s in range(shards)]
+        self.keys = self.shard_keys[0]  # the only shard's keys, for one-shard callers
+        # Set by Store.memory(): while Redis is full, scripts trim the audit to
+        # REDIS_FULL_AUDIT_KEEP.
+        self.redis_full = False
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.shard_keys)
+
+    @property
+    def wake_channels(self) -> list[str]:
+        return [k.wake_channel for k in self.shard_keys]
+
+    @property
+    def ready_channels(self) -> list[str]:
+        return [k.ready_channel for k in self.shard_keys]
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _now(self) -> CallTime:
+        """The clock, read once for every shard's call of one operation."""
+        now_ms = self.clock.now_ms()
+        if self.redis_full:  # history goes before jobs: every transition trims it short
+            return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP))
+        kind, threshold = self.retention.args(now_ms)
+        return CallTime(now_ms, kind, threshold)
+
+    def _topic_config_blob(self, topic: str) -> bytes:
+        config = self.topic_configs.get(topic, self.default_topic_config)
+        return _record.pack_topic_config(config.retry_ms, config.lease_ms)
+
+    @staticmethod
+    def _batch_limit(items: Sequence[Any], field_name: str) -> None:
+        if len(items) > c.BATCH_MAX_JOBS:
+            raise ValidationError(
+                field_name, f"has {len(items)} jobs", f"{c.BATCH_MAX_JOBS} per call"
+            )
+
+    @staticmethod
+    def _member(topic: str, job_id: str) -> str:
+        """The member of a job named by a caller; checked, so a bad name writes no event."""
+        return member(validation.topic(topic), validation.job_id(job_id))
+
+    def _shard_of(self, topic: str, job_id: str) -> int:
+        return shard_of(topic, job_id, len(self.shard_keys))
+
+    def _job_keys(self, topic: str, job_id: str) -> tuple[ShardKeys, str]:
+        """The keys of the shard holding a job named by a caller, and its member (checked)."""
+        job = self._member(topic, job_id)
+        return self.shard_keys[self._shard_of(topic, job_id)], job
+
+    def _group(self, items: Sequence[tuple[Any, ...]]) -> dict[int, list[int]]:
+        """Indexes of ``items`` (tuples starting with topic, id) per shard, in input order."""
+        if len(self.shard_keys) == 1:  # the common case: no hashing on the hot path
+            return {0: list(range(len(items)))}
+        groups: dict[int, list[int]] = defaultdict(list)
+        for n, item in enumerate(items):
+            groups[self._shard_of(str(item[0]), str(item[1]))].append(n)
+        return groups
+
+    # -- add --------------------------------------------------------------------------------
+
+    def _add_calls(
+        self, jobs: Sequence[NewJob], *, replace: bool
+    ) -> tuple[dict[int, list[int]], dict[int, ScriptCall]]:
+        """Checks a batch and builds its calls: (job indexes per shard, the call per shard)."""
+        self._batch_limit(jobs, "jobs")
+        seen: set[tuple[str, str]] = set()
+        for job in jobs:
+            key = (job.topic, job.id)
+            if key in seen:
+                raise ValidationError(
+                    "jobs",
+                    f"{job.topic}/{job.id} appears twice in one batch",
+                    "each (topic, id) once per call",
+                )
+            seen.add(key)
+        blobs = {topic: self._topic_config_blob(topic) for topic in {j.topic for j in jobs}}
+        groups = self._group([(j.topic, j.id) for j in jobs])
+        at = self._now()
+        shard_calls = {
+            s: calls.add(self.shard_keys[s], at, [jobs[n] for n in idx], blobs, replace=replace)
+            for s, idx in groups.items()
+        }
+        return groups, shard_calls
+
+    def _add_results(
+        self,
+        jobs: Sequence[NewJob],
+        groups: Mapping[int, list[int]],
+        replies: Mapping[int, Any],
+        *,
+        replace: bool,
+        acked: int | None,
+    ) -> list[str]:
+        """Per job the state it had before; raises as add_many documents."""
+        results: list[str] = ["new"] * len(jobs)
+        existing: list[tuple[str, str]] = []
+        added: list[tuple[str, str]] = []
+        for shard, indexes in groups.items():
+            if replace:
+                states = calls.states_before(replies[shard])
+            else:
+                found = calls.existing_jobs(replies[shard])
+                if found:
+                    existing += found
+                    continue
+                states = ["new"] * len(indexes)
+            for n, state in zip(indexes, states, strict=True):
+                results[n] = state
+                added.append((jobs[n].topic, jobs[n].id))
+        if existing:
+            if len(groups) == 1:
+                raise JobExistsError(existing)
+            raise PartialAddError(existing, added)
+        if self.durability is not None and acked is not None and acked < self.durability.replicas:
+            raise NotReplicatedError(added, acked, self.durability.replicas, results)
+        return results
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _jobs_calls(
+        self, topic: str, state: State | str, after: str | None, limit: int
+    ) -> tuple[State, dict[int, str], dict[int, ScriptCall]]:
+        """(the state listed, where each ready list resumes, the list call per shard)."""
+        validation.topic(topic)
+        listed = listing.listed_state(state)
+        validation.count(limit, "limit", c.LIST_LIMIT_MAX)
+        # Where each shard resumes: one position for every shard's ZSET, or per shard in the
+        # ready lists (see storage/listing.py).
+        positions: dict[int, str] = {}
+        starts: dict[int, tuple[int | None, str] | None]
+        if listed == State.READY:
+            positions = listing.ready_after(after, topic, self.shard_count)
+            starts = {
+                s: (None, positions[s]) if s in positions else None for s in range(self.shard_count)
+            }
+        else:
+            position = listing.zset_after(after, topic, listed)
+            starts = dict.fromkeys(range(self.shard_count), position)
+        at = self._now()
+        shard_calls = {
+            s: calls.list_page(
+                self.shard_keys[s], at, topic, listed, limit, c.LIST_SCAN_ENTRIES, start
+            )
+            for s, start in starts.items()
+        }
+        return listed, positions, shard_calls
+
+    @staticmethod
+    def _jobs_page(
+        topic: str,
+        listed: State,
+        positions: dict[int, str],
+        replies: Mapping[int, Any],
+        limit: int,
+    ) -> JobPage:
+        pages = {s: calls.listed(topic, listed, reply) for s, reply in replies.items()}
+        if listed == State.READY:
+            return listing.ready_page(topic, pages, positions, limit)
+        return listing.zset_page(topic, listed, list(pages.values()), limit)
+
+    # -- stats ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _stats(
+        topics: Sequence[Any], counts: Sequence[Mapping[Any, Any]]
+    ) -> dict[str, dict[str, int]]:
+        """Jobs per topic and state from every shard's topic names and counters HASH."""
+        found: dict[str, dict[str, int]] = {}
+        for name in sorted({decoded(t) for t in topics}):
+            found[name] = dict.fromkeys(_STATES, 0)
+        for shard_counts in counts:
+            for raw_field, raw_value in shard_counts.items():
+                topic, _, state = decoded(raw_field).rpartition("|")
+                into = found.setdefault(topic, dict.fromkeys(_STATES, 0))
+                into[state] = into.get(state, 0) + int(raw_value)
+        return found

@@ -29,7 +29,7 @@ from actors.cli import simulate as _cli_simulate
 from actors.cli import workers as _cli_workers
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
-from actors.errors import ConfigError, ValidationError
+from actors.errors import ConfigError, RedisFullError, ValidationError
 
 
 def reference_path() -> Path:
@@ -275,6 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(ctx.json, CliError(Exit.NO_REDIS, "no_redis", message))
     except redis.exceptions.InvalidResponse as exc:
         return _fail(ctx.json, not_redis(_where(args), exc))
+    except RedisFullError as exc:
+        # Over maxmemory: the add was refused before its first write, so nothing was written.
+        return _fail(
+            ctx.json, CliError(Exit.REDIS_REFUSED, "redis_refused", f"Redis refused: {exc}")
+        )
     except redis.RedisError as exc:
         # e.g. OOM under maxmemory: nothing was written (scripts refuse before their first write).
         return _fail(

@@ -224,7 +224,7 @@ def states_before(reply: Any) -> list[str]:
 
 def count_and_next(reply: Any) -> tuple[int, int | None]:
     """carry, expire: how many moved, and the next due time or deadline (None: none left)."""
-    count, next_ms = reply
+    count, next_ms = reply[0], reply[1]
     return int(count), (None if int(next_ms) < 0 else int(next_ms))
 
 

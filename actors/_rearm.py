@@ -16,13 +16,13 @@ from typing import Final
 NOTES_MAX: Final = 10_000
 
 _lock = threading.Lock()
-_notes: OrderedDict[tuple[str, str], None] = OrderedDict()
+_notes: OrderedDict[tuple[str, str], bool] = OrderedDict()
 
 
 def note(topic: str, job_id: str) -> None:
     """Called by the facade when a replace found (topic, id) leased."""
     with _lock:
-        _notes[(topic, job_id)] = None
+        _notes[(topic, job_id)] = True
         _notes.move_to_end((topic, job_id))
         while len(_notes) > NOTES_MAX:
             _notes.popitem(last=False)
@@ -31,4 +31,4 @@ def note(topic: str, job_id: str) -> None:
 def take(topic: str, job_id: str) -> bool:
     """True (once) when (topic, id) was replaced while leased: its refused result is expected."""
     with _lock:
-        return _notes.pop((topic, job_id), None) is not None
+        return _notes.pop((topic, job_id), False)

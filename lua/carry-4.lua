@@ -1,6 +1,7 @@
 -- carry: moves due jobs from the delayed set to the end of their topics' ready lists.
 -- KEYS[1] delayed  KEYS[2] jobs  KEYS[3] counts  KEYS[4] audit
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
+-- ARGV[6] wake channel (for a schedule's next occurrence; "" for none)
 -- Returns: {moved, next_due_ms, name...} where next_due_ms is the earliest due time still
 -- delayed, or -1, and the names are schedules whose stored occurrence times ran low (refill them).
 -- A job is due when due_ms <= now_ms; jobs with equal due times move in member order.
@@ -9,13 +10,16 @@
 -- Events: ready {due}; added {due, to, schedule} for a schedule's next occurrence;
 -- cancelled {why=misfire} for a dropped one.
 -- Touches ready lists <prefix>ready:<topic> and <prefix>schedules (same hash tag).
--- Publishes: on <prefix>ready, a topic whose ready list was empty; on <prefix>wake, a next
--- occurrence earlier than every delayed job.
+-- Publishes: on <prefix>ready, a topic whose ready list was empty; on <prefix>wake (ARGV[6]), a
+-- schedule's next occurrence when it is earlier than every delayed job.
 -- @include _lib.lua
--- @include _schedule.lua
+-- @include _arm.lua
+-- @include _drop.lua
+-- @constant SCHEDULES_KEY
 local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4],
            schedules = prefix .. SCHEDULES_KEY}
 local limit = tonumber(ARGV[5])
+local wake_channel = ARGV[6]
 local due = rcall('ZRANGEBYSCORE', k.delayed, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local by_topic = {}
 local moved = {}
@@ -25,7 +29,8 @@ for j = 1, #due, 2 do
   local record = load_record(k.jobs, member)
   local drop, running_low = false, false
   if record and record['s'] then
-    drop, running_low = occurrence_carried(k, member, record, tonumber(due[j + 1]))
+    drop, running_low = occurrence_carried(k, member, record, tonumber(due[j + 1]),
+                                           wake_channel)
     if running_low then low[#low + 1] = record['s'] end
   end
   if drop then

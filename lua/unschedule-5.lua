@@ -7,6 +7,7 @@
 -- Publishes: nothing.
 -- @include _lib.lua
 -- @include _schedule.lua
+-- @include _drop.lua
 local k = {schedules = KEYS[1], jobs = KEYS[2], delayed = KEYS[3], counts = KEYS[4],
            audit = KEYS[5]}
 local name = ARGV[5]

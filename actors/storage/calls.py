@@ -85,7 +85,9 @@ def add(
 
 def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
-    return ScriptCall("carry", [k.delayed, k.jobs, k.counts, k.audit], [*at.common(k), limit])
+    return ScriptCall(
+        "carry", [k.delayed, k.jobs, k.counts, k.audit], [*at.common(k), limit, k.wake_channel]
+    )
 
 
 def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:

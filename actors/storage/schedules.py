@@ -95,7 +95,7 @@ def schedule(
     return ScriptCall(
         "schedule",
         [k.schedules, k.jobs, k.delayed, k.topics, k.counts, k.audit],
-        [*at.common(k), name, spec_blob, anchor_ms, topic_config, *times],
+        [*at.common(k), k.wake_channel, name, spec_blob, anchor_ms, topic_config, *times],
     )
 
 
@@ -115,7 +115,7 @@ def refill(
     return ScriptCall(
         "refill",
         [k.schedules, k.jobs, k.delayed, k.counts, k.audit],
-        [*at.common(k), name, generation, *times],
+        [*at.common(k), k.wake_channel, name, generation, *times],
     )
 
 

@@ -6,5 +6,5 @@ local function drop_delayed(k, member, why)
   rcall('ZREM', k.delayed, member)
   rcall('HDEL', k.jobs, member)
   count(k.counts, member, 'delayed', -1)
-  audit(k.audit, 'cancelled', member, 1, {'why', why})
+  audit(k.audit, 'cancelled', member, 1, {'why', why, 'from', 'delayed'})
 end

@@ -8,7 +8,7 @@
 -- A schedule's pending occurrence makes the schedule's next occurrence in the same call (see
 -- _schedule.lua); with misfire "skip" one later than the grace is dropped instead of moved.
 -- Events: ready {due}; added {due, to, schedule} for a schedule's next occurrence;
--- cancelled {why=misfire} for a dropped one.
+-- cancelled {why=misfire, from=delayed} for a dropped one.
 -- Touches ready lists <prefix>ready:<topic> and <prefix>schedules (same hash tag).
 -- Publishes: on <prefix>ready, a topic whose ready list was empty; on <prefix>wake (ARGV[6]), a
 -- schedule's next occurrence when it is earlier than every delayed job.
@@ -26,12 +26,11 @@ local moved = {}
 local low = {}
 for j = 1, #due, 2 do
   local member = due[j]
+  local due_ms = tonumber(due[j + 1])
   local record = load_record(k.jobs, member)
-  local drop, running_low = false, false
+  local schedule, drop = nil, false
   if record and record['s'] then
-    drop, running_low = occurrence_carried(k, member, record, tonumber(due[j + 1]),
-                                           wake_channel)
-    if running_low then low[#low + 1] = record['s'] end
+    schedule, drop = pending_occurrence(k, member, record, due_ms)
   end
   if drop then
     drop_delayed(k, member, 'misfire')
@@ -45,6 +44,10 @@ for j = 1, #due, 2 do
     list[#list + 1] = member
     moved[#moved + 1] = member
     audit(k.audit, 'ready', member, attempts_failed(record) + 1, {'due', due[j + 1]})
+  end
+  -- After the current occurrence's event, so the stream never shows two pending at once.
+  if schedule and occurrence_moved_on(k, record['s'], schedule, due_ms, wake_channel) then
+    low[#low + 1] = record['s']
   end
 end
 if #moved > 0 then

@@ -6,7 +6,7 @@
 -- Returns: {outcome, pending member or ""}; outcome "created", "updated", or "unchanged" when the
 -- same spec is stored and its pending occurrence exists (every worker may schedule at start).
 -- An update drops the pending occurrence when it is still delayed (a ready or leased one runs).
--- Events: added {due, to, schedule} for the occurrence; cancelled {why=rescheduled} for a
+-- Events: added {due, to, schedule} for the occurrence; cancelled {why=rescheduled, from=delayed} for a
 -- dropped one. Touches ready lists <prefix>ready:<topic> (same hash tag).
 -- Publishes: on <prefix>wake (ARGV[5]), an occurrence earlier than every delayed job; on <prefix>ready, a
 -- topic whose ready list was empty.

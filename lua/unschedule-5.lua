@@ -3,7 +3,7 @@
 -- KEYS[1] schedules  KEYS[2] jobs  KEYS[3] delayed  KEYS[4] counts  KEYS[5] audit
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] name
 -- Returns: 1 when the schedule existed, 0 when not.
--- Events: cancelled {why=unscheduled} for the dropped occurrence.
+-- Events: cancelled {why=unscheduled, from=delayed} for the dropped occurrence.
 -- Publishes: nothing.
 -- @include _lib.lua
 -- @include _schedule.lua

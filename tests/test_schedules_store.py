@@ -15,6 +15,7 @@ from actors import schedules
 from actors.clock import FakeClock
 from actors.errors import ValidationError
 from actors.schedules import ScheduleSpec
+from actors.storage import calls
 from actors.storage import schedules as schedule_calls
 from actors.storage.keys import schedule_shard, shard_of
 from actors.storage.store import Store
@@ -211,3 +212,26 @@ def test_ids_with_the_occurrence_prefix_are_reserved(store: Store) -> None:
     with pytest.raises(ValidationError) as caught:
         store.new_job("t", "@schedule:fake:1")
     assert caught.value.field == "id"
+
+
+def test_a_cron_schedule_whose_times_all_passed_is_tended_back(store: Store) -> None:
+    hourly = schedules.spec(
+        "tick",
+        "t",
+        cron="0 * * * *",
+        tz="UTC",
+        every=None,
+        body=None,
+        start_at_ms=None,
+        misfire_policy="run_once",
+    )
+    store.schedule(hourly)
+    # Two days without a carry, then a carry whose process dies before it refills.
+    clock_of(store).advance(48 * 3_600_000)
+    store._batch.run([calls.carry(store.keys, store._now(), 100)])
+    (info,) = store.schedules()
+    assert info.pending_id is None and info.upcoming_ms == ()
+    assert store.tend_schedules() == schedules.OCCURRENCES_AHEAD
+    (info,) = store.schedules()
+    assert info.next_ms is not None and info.next_ms > clock_of(store).now_ms()
+    assert occurrences(store, "delayed") == {info.pending_id: "delayed"}

@@ -656,6 +656,21 @@ class Store:
             appended += max(0, int(reply))
         return appended
 
+    @_cluster_errors
+    def tend_schedules(self) -> int:
+        """Refills every schedule whose stored times ran low or that has no pending occurrence.
+
+        The carry asks for a refill whenever it moves an occurrence on and the times ran low, so
+        this only matters when the processes that carried died before refilling, many times in a
+        row; the watchdog's carrier calls it once a minute. Returns how many times were appended.
+        """
+        wanting = [
+            info.spec.name
+            for info in self.schedules()
+            if info.pending_id is None or len(info.upcoming_ms) < c.REFILL_BELOW
+        ]
+        return self.refill_schedules(wanting) if wanting else 0
+
     # -- reads ------------------------------------------------------------------------------
 
     @_cluster_errors

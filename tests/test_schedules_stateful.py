@@ -142,10 +142,10 @@ class ScheduleMachine(RuleBasedStateMachine):
         infos = self.infos()
         assert set(infos) == self.live
         delayed: dict[str, list[str]] = {name: [] for name in NAMES}
-        for (_, job_id), info in self.stores[0].snapshot().jobs.items():
+        for (_, job_id), job in self.stores[0].snapshot().jobs.items():
             name = schedules.schedule_of(job_id)
             # A failed occurrence waiting for its retry is not the schedule's next one.
-            if name is not None and info.state == "delayed" and info.attempts_failed == 0:
+            if name is not None and job.state == "delayed" and job.attempts_failed == 0:
                 delayed[name].append(job_id)
         for name in NAMES:
             if name not in self.live:

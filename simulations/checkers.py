@@ -597,7 +597,10 @@ def check_schedules(ev: Evidence) -> list[Violation]:
         live = [
             key
             for key, info in ev.live.jobs.items()
-            if schedule_of(key[1]) == name and info.state is State.DELAYED
+            # A failed occurrence waiting for its retry is not the schedule's next one.
+            if schedule_of(key[1]) == name
+            and info.state is State.DELAYED
+            and info.attempts_failed == 0
         ]
         if len(live) != 1:
             found.append(

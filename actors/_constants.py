@@ -20,9 +20,18 @@ TOPICS_KEY: Final = "topics"  # HASH topic -> msgpack topic config
 COUNTS_KEY: Final = "counts"  # HASH "<topic>|<state>" -> number of jobs
 SEQ_KEY: Final = "seq"  # STRING counter for lease tokens
 AUDIT_KEY: Final = "audit"  # STREAM of transition events
+SCHEDULES_KEY: Final = "schedules"  # HASH schedule name -> msgpack schedule record
 WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest
 READY_CHANNEL: Final = "ready"  # pub/sub channel: a topic's ready list has jobs to lease
 SLOT_PROBE_KEY: Final = "slot-probe"  # never created: EXISTS on it detects a migrating slot
+
+# Recurring schedules (actors/schedules.py re-exports these; the scripts read them too).
+# An occurrence carried later than this after its time was missed: with misfire="skip" dropped.
+MISFIRE_GRACE_MS: Final = 60_000
+OCCURRENCES_AHEAD: Final = 32  # occurrence times stored with each schedule
+REFILL_BELOW: Final = 16  # fewer stored: the carry that moved an occurrence asks for more
+# Occurrence ids are "<prefix><schedule name>:<occurrence ms>"; the prefix is reserved.
+OCCURRENCE_ID_PREFIX: Final = "@schedule:"
 
 # The one key per namespace, under its own hash tag: "redelay:{<namespace>}:config".
 CONFIG_KEY: Final = "config"  # HASH: shard count and audit retention

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from actors import _constants as c
 from actors import _validation as validation
 from actors.errors import ValidationError
 from actors.replay import history
@@ -105,6 +106,12 @@ def build_job(
         due = validation.due_ms(due_ms, now_ms, "at")
     else:
         due = now_ms + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
+    if isinstance(job_id, str) and job_id.startswith(c.OCCURRENCE_ID_PREFIX):
+        raise ValidationError(
+            "id",
+            f"{job_id!r} starts with {c.OCCURRENCE_ID_PREFIX!r}, kept for schedule occurrences",
+            "an id without that prefix",
+        )
     return NewJob(
         topic=validation.topic(topic),
         id=validation.job_id(job_id),

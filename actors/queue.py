@@ -26,8 +26,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from actors import _constants as c
+from actors import _rearm, producing
 from actors import _validation as validation
-from actors import producing
+from actors import schedules as _schedules
 from actors._signals import wait_for_event
 from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, RedisFullError, ValidationError
@@ -37,6 +38,7 @@ from actors.runtime._hooks import FailureHooks
 from actors.runtime.messages import Stats
 from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
+from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.store import Store, open_store
 from actors.storage.topology import RedisClient, connect
 from actors.tracing import Tracing
@@ -218,15 +220,67 @@ class DelayQueue:
             callback=callback,
         )
         if self._tracing.tracer is None:
-            return self.store.add(job, replace=replace)
-        return self._tracing.send([job], partial(self.store.add_many, replace=replace))[0]
+            before = self.store.add(job, replace=replace)
+        else:
+            before = self._tracing.send([job], partial(self.store.add_many, replace=replace))[0]
+        if before == "leased":
+            _rearm.note(job.topic, job.id)  # its running handler's result is refused quietly
+        return before
 
     def add_many(self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False) -> list[str]:
         """Adds many jobs in one round trip, all or nothing. Each mapping takes add()'s
         arguments by name: topic, id, body, delay, at, retry, lease, callback."""
         built = producing.new_jobs(self.clock.now_ms(), jobs)
         # Traced: one producer span per job (see actors.tracing).
-        return self._tracing.send(built, partial(self.store.add_many, replace=replace))
+        states = self._tracing.send(built, partial(self.store.add_many, replace=replace))
+        for job, before in zip(built, states, strict=True):
+            if before == "leased":
+                _rearm.note(job.topic, job.id)
+        return states
+
+    # -- recurring schedules (docs/schedules.md) ---------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        topic: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        body: Any = None,
+        start_at: datetime | float | None = None,
+        misfire: Misfire = "run_once",
+    ) -> str:
+        """Creates or updates (same ``name``) a recurring schedule of jobs on ``topic``: a cron
+        expression evaluated in ``tz``, or ``every`` seconds (or a timedelta) from ``start_at``
+        (epoch seconds or an aware datetime; default: one interval from now). One occurrence is
+        pending at any time, whatever the number of processes. After downtime ``misfire``
+        "run_once" runs one late occurrence, "skip" none. Returns "created", "updated" or
+        "unchanged" (the same schedule was already stored: safe to call at every start)."""
+        start_ms = None
+        if start_at is not None:
+            start_ms = round(producing.epoch_s(start_at, "start_at") * 1000)
+        spec = _schedules.spec(
+            name,
+            topic,
+            cron=cron,
+            every=every,
+            tz=tz,
+            body=body,
+            start_at_ms=start_ms,
+            misfire_policy=misfire,
+        )
+        return self.store.schedule(spec)[0]
+
+    def unschedule(self, name: str) -> bool:
+        """Deletes a schedule; its pending occurrence goes too unless it already started.
+        True when the schedule existed."""
+        return self.store.unschedule(name)
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of the namespace, by name, with its next occurrence."""
+        return self.store.schedules()
 
     def cancel(self, topic: str, job_id: str) -> bool:
         """True when the job existed. A leased job is marked: its current run ends it."""

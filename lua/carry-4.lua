@@ -1,28 +1,54 @@
 -- carry: moves due jobs from the delayed set to the end of their topics' ready lists.
 -- KEYS[1] delayed  KEYS[2] jobs  KEYS[3] counts  KEYS[4] audit
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
--- Returns: {moved, next_due_ms} where next_due_ms is the earliest due time still delayed, or -1.
+-- ARGV[6] wake channel (for a schedule's next occurrence; "" for none)
+-- Returns: {moved, next_due_ms, name...} where next_due_ms is the earliest due time still
+-- delayed, or -1, and the names are schedules whose stored occurrence times ran low (refill them).
 -- A job is due when due_ms <= now_ms; jobs with equal due times move in member order.
--- Events: ready {due}. Touches ready lists <prefix>ready:<topic> (same hash tag).
--- Publishes: on <prefix>ready, a topic whose ready list was empty.
+-- A schedule's pending occurrence makes the schedule's next occurrence in the same call (see
+-- _schedule.lua); with misfire "skip" one later than the grace is dropped instead of moved.
+-- Events: ready {due}; added {due, to, schedule} for a schedule's next occurrence;
+-- cancelled {why=misfire, from=delayed} for a dropped one.
+-- Touches ready lists <prefix>ready:<topic> and <prefix>schedules (same hash tag).
+-- Publishes: on <prefix>ready, a topic whose ready list was empty; on <prefix>wake (ARGV[6]), a
+-- schedule's next occurrence when it is earlier than every delayed job.
 -- @include _lib.lua
-local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4]}
+-- @include _arm.lua
+-- @include _drop.lua
+-- @constant SCHEDULES_KEY
+local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4],
+           schedules = prefix .. SCHEDULES_KEY}
 local limit = tonumber(ARGV[5])
+local wake_channel = ARGV[6]
 local due = rcall('ZRANGEBYSCORE', k.delayed, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 local by_topic = {}
 local moved = {}
+local low = {}
 for j = 1, #due, 2 do
   local member = due[j]
-  local topic = split_member(member)
-  local list = by_topic[topic]
-  if not list then
-    list = {}
-    by_topic[topic] = list
-  end
-  list[#list + 1] = member
-  moved[#moved + 1] = member
+  local due_ms = tonumber(due[j + 1])
   local record = load_record(k.jobs, member)
-  audit(k.audit, 'ready', member, attempts_failed(record) + 1, {'due', due[j + 1]})
+  local schedule, drop = nil, false
+  if record and record['s'] then
+    schedule, drop = pending_occurrence(k, member, record, due_ms)
+  end
+  if drop then
+    drop_delayed(k, member, 'misfire')
+  else
+    local topic = split_member(member)
+    local list = by_topic[topic]
+    if not list then
+      list = {}
+      by_topic[topic] = list
+    end
+    list[#list + 1] = member
+    moved[#moved + 1] = member
+    audit(k.audit, 'ready', member, attempts_failed(record) + 1, {'due', due[j + 1]})
+  end
+  -- After the current occurrence's event, so the stream never shows two pending at once.
+  if schedule and occurrence_moved_on(k, record['s'], schedule, due_ms, wake_channel) then
+    low[#low + 1] = record['s']
+  end
 end
 if #moved > 0 then
   rcall_each_slice('ZREM', k.delayed, moved)
@@ -37,4 +63,6 @@ end
 local earliest = rcall('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
 local next_due = -1
 if #earliest > 0 then next_due = tonumber(earliest[2]) end
-return {#moved, next_due}
+local result = {#moved, next_due}
+for _, name in ipairs(low) do result[#result + 1] = name end
+return result

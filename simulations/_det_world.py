@@ -20,7 +20,16 @@ from typing import Any
 import pykka
 import redis
 
-from actors import AuditRetention, DelayQueue, FakeClock, Job, JobExistsError, Retry, testing
+from actors import (
+    AuditRetention,
+    DelayQueue,
+    FakeClock,
+    Job,
+    JobExistsError,
+    Retry,
+    schedules,
+    testing,
+)
 from actors.lifecycle import PENDING_STATES
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -33,6 +42,7 @@ from .workload import HandlerMix
 log = logging.getLogger("simulations.deterministic")
 
 NAMESPACE = "sim"
+SCHEDULE_NAME = "sim-every"
 # A hung handler is released by the driver when the fake clock reaches its time; this real-time
 # cap only stops a driver bug from leaving threads blocked forever.
 _HANG_CAP_S = 120.0
@@ -285,9 +295,28 @@ class World:
         return (audit_len, self.counters.runs_started, self.counters.runs_ended)
 
     def pending_jobs(self) -> int:
-        """Jobs still delayed, ready or leased (from the scripts' counters)."""
+        """Jobs still delayed, ready or leased (from the scripts' counters), but for the
+        schedules' next occurrences: a schedule always has one, so they never finish."""
         stats = self.reader.stats()
-        return sum(s[state] for s in stats.values() for state in PENDING_STATES)
+        total = sum(s[state] for s in stats.values() for state in PENDING_STATES)
+        return total - sum(1 for info in self.reader.schedules() if info.pending_id is not None)
+
+    def start_schedule(self) -> str:
+        """The run's one recurring schedule (settings.schedule_*); returns its name."""
+        s = self.settings
+        self.reader.schedule(
+            schedules.spec(
+                SCHEDULE_NAME,
+                s.topics[0].name,
+                cron=None,
+                every=s.schedule_every_ms / 1000,
+                tz="UTC",
+                body={"schedule": SCHEDULE_NAME},
+                start_at_ms=None,
+                misfire_policy=s.schedule_misfire,
+            )
+        )
+        return SCHEDULE_NAME
 
     def observe(self) -> tuple[tuple[Any, ...], bool]:
         """A fingerprint of everything that moves, and whether the system looks idle: no

@@ -33,13 +33,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from actors import AuditRetention, DelayQueue, JobExistsError
+from actors import AuditRetention, DelayQueue, JobExistsError, schedules
 from actors.errors import NotReplicatedError, RedisServerNotFound
 from actors.lifecycle import PENDING_STATES
 from actors.values import Durability
@@ -191,8 +191,10 @@ class Chaos:
         app: str | None,
         bodies: str | None,
         progress: report.Progress,
+        schedule_plan: SchedulePlan | None = None,
     ) -> None:
         self.settings = settings
+        self.schedule_plan = schedule_plan
         self.progress = progress
         self.rng = random.Random(f"{settings.seed}:faults")
         try:
@@ -236,6 +238,8 @@ class Chaos:
         for name in self.workers.slots:
             self.workers.start(name)
         self.producer.start()
+        if self.schedule_plan is not None:
+            self.store.schedule(self.schedule_plan.spec())
         started = time.monotonic()
         events = self.schedule()
         while (elapsed := time.monotonic() - started) < s.duration_s:
@@ -286,6 +290,8 @@ class Chaos:
                 pending = sum(
                     c[state] for c in self.store.stats().values() for state in PENDING_STATES
                 )
+                # A schedule always has its next occurrence: that one never finishes.
+                pending -= sum(1 for i in self.store.schedules() if i.pending_id is not None)
             except redis.RedisError:
                 pending = -1
             if pending == 0:
@@ -317,6 +323,7 @@ class Chaos:
             audit_time="server",
             fault_window_ms=self.settings.fault_window_ms,
             calm_p99_bound_ms=None,
+            schedules=() if self.schedule_plan is None else (SCHEDULE_NAME,),
         )
 
     def close(self) -> None:
@@ -324,6 +331,39 @@ class Chaos:
         self.workers.kill_all()
         self.ledger.close()
         self.deployment.close()
+
+
+SCHEDULE_NAME = "sim-every"
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    """The run's one recurring schedule, from its own random source (so adding it changed no
+    other setting of a seed): its occurrences run among the jobs, through every fault."""
+
+    topic: str
+    every_s: int
+    misfire: str
+
+    @classmethod
+    def derive(cls, settings: ChaosSettings) -> SchedulePlan:
+        rng = random.Random(f"{settings.seed}:schedule")
+        return cls(settings.topics[0].name, rng.choice([1, 2, 3]), rng.choice(["run_once", "skip"]))
+
+    def describe(self) -> str:
+        return f"schedule: every {self.every_s}s on {self.topic}, misfire {self.misfire}"
+
+    def spec(self) -> schedules.ScheduleSpec:
+        return schedules.spec(
+            SCHEDULE_NAME,
+            self.topic,
+            cron=None,
+            every=self.every_s,
+            tz="UTC",
+            body={"schedule": SCHEDULE_NAME},
+            start_at_ms=None,
+            misfire_policy=self.misfire,
+        )
 
 
 def reproduce_command(args: argparse.Namespace, seed: int) -> str:
@@ -361,11 +401,12 @@ def run(args: argparse.Namespace) -> int:
         force=True,
     )
     command = reproduce_command(args, seed)
-    print(f"{settings.describe()}\nreproduce with: {command}", file=sys.stderr)
+    plan = SchedulePlan.derive(settings)
+    print(f"{settings.describe()}\n{plan.describe()}\nreproduce with: {command}", file=sys.stderr)
     work = Path(tempfile.mkdtemp(prefix="redelay-chaos-"))
     progress = report.Progress()
     real_start = time.monotonic()
-    chaos = Chaos(settings, work, out, args.app, args.bodies, progress)
+    chaos = Chaos(settings, work, out, args.app, args.bodies, progress, plan)
     try:
         chaos.run()
         evidence = chaos.evidence()

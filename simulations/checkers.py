@@ -10,6 +10,8 @@ then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, doc
 3. ``after_ack``: a job changed state after it was acked (e.g. it came back and ran again).
 4. ``audit_drift``: the audit stream has an illegal transition, reuses a lease token, or does not
    replay to the live state (``actors.replay.fold`` + ``compare``).
+4b. ``schedule``: a recurring schedule made one slot's occurrence twice, had two occurrences
+   pending at once, or ended without its next occurrence (exit code 20).
 5. ``lost``: a job the producer added is gone from Redis without a successful run, a death or a
    cancel to show for it.
 6. ``unexplained_duplicate``: a job ran again after a run that did not fail, and the audit stream
@@ -32,6 +34,7 @@ from itertools import pairwise
 
 from actors.lifecycle import State
 from actors.replay import compare, fold
+from actors.schedules import schedule_of
 from actors.values import Snapshot
 
 from .ledger import FaultRow, Key, LedgerData, RunRow
@@ -50,6 +53,7 @@ class Failure(StrEnum):
     CANCELLED_DELIVERED = "cancelled_delivered"
     AFTER_ACK = "after_ack"
     AUDIT_DRIFT = "audit_drift"
+    SCHEDULE = "schedule"
     LOST = "lost"
     UNEXPLAINED_DUPLICATE = "unexplained_duplicate"
     STUCK = "stuck"
@@ -63,6 +67,7 @@ EXIT_CODES: dict[Failure, int] = {
     Failure.CANCELLED_DELIVERED: 11,
     Failure.AFTER_ACK: 12,
     Failure.AUDIT_DRIFT: 13,
+    Failure.SCHEDULE: 20,  # added after the others: their codes stay as they were
     Failure.LOST: 14,
     Failure.UNEXPLAINED_DUPLICATE: 15,
     Failure.STUCK: 16,
@@ -75,6 +80,7 @@ MEANINGS: dict[Failure, str] = {
     Failure.CANCELLED_DELIVERED: "a cancelled job was delivered",
     Failure.AFTER_ACK: "a job changed state after it was acked",
     Failure.AUDIT_DRIFT: "the audit stream does not replay to the live state",
+    Failure.SCHEDULE: "a schedule made a slot twice, had two pending, or lost its next one",
     Failure.LOST: "a job the producer added was lost",
     Failure.UNEXPLAINED_DUPLICATE: "a duplicate delivery has no expired lease, release or timeout",
     Failure.STUCK: "a job was still pending when the run ended",
@@ -119,6 +125,8 @@ class Evidence:
     # ran). With real processes the caller's time can be older than the script by the request's
     # latency, or by redis-py's retries of the call.
     audit_time: str = "caller"
+    # Recurring schedules the run kept until the end: each must still have its next occurrence.
+    schedules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,6 +561,58 @@ def check_late(ev: Evidence, late: Lateness) -> list[Violation]:
     ]
 
 
+# -- 4b. schedules -----------------------------------------------------------------------------
+
+
+def check_schedules(ev: Evidence) -> list[Violation]:
+    """From the stream: an occurrence id (one slot) made twice without a cancel between, or a
+    schedule with two occurrences pending (delayed) at once; from the live state: a schedule kept
+    to the end without exactly one pending occurrence."""
+    found: list[Violation] = []
+    pending: dict[str, set[Key]] = defaultdict(set)  # schedule -> its delayed occurrences
+    made: set[Key] = set()
+    for _, fields in ev.audit:
+        key = (fields.get("t", ""), fields.get("i", ""))
+        name = schedule_of(key[1])
+        if name is None:
+            continue
+        event = fields.get("e")
+        if event == "added":
+            if key in made:
+                found.append(Violation(Failure.SCHEDULE, key, "the same slot was made twice"))
+            made.add(key)
+            if fields.get("to") == "delayed":
+                if pending[name]:
+                    others = sorted(i for _, i in pending[name])
+                    found.append(
+                        Violation(Failure.SCHEDULE, key, f"made while {others} was pending")
+                    )
+                pending[name].add(key)
+        elif event == "ready":
+            pending[name].discard(key)
+        elif event == "cancelled":
+            pending[name].discard(key)
+            made.discard(key)  # dropped before it ran: an update may make that slot again
+    for name in ev.schedules:
+        live = [
+            key
+            for key, info in ev.live.jobs.items()
+            # A failed occurrence waiting for its retry is not the schedule's next one.
+            if schedule_of(key[1]) == name
+            and info.state is State.DELAYED
+            and info.attempts_failed == 0
+        ]
+        if len(live) != 1:
+            found.append(
+                Violation(
+                    Failure.SCHEDULE,
+                    None,
+                    f"schedule {name} ended with {len(live)} pending occurrences (want 1)",
+                )
+            )
+    return found
+
+
 # -- all together ------------------------------------------------------------------------------
 
 
@@ -563,6 +623,7 @@ def check_all(ev: Evidence) -> Verdict:
     violations += check_cancelled(ev, index)
     violations += check_after_ack(index)
     violations += check_audit(ev, index)
+    violations += check_schedules(ev)
     outcome_violations, outcomes = check_outcomes(ev, index)
     duplicate_violations, duplicates = check_duplicates(ev, index)
     late = lateness(ev)
@@ -586,4 +647,5 @@ __all__ = [
     "Verdict",
     "Violation",
     "check_all",
+    "check_schedules",
 ]

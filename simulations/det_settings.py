@@ -80,6 +80,10 @@ class DetSettings:
     stop_grace_s: float  # real seconds a graceful worker stop may take
     storm_ms: tuple[int, int] = (10 * MINUTE_MS, 30 * MINUTE_MS)
     calm_ms: tuple[int, int] = (20 * MINUTE_MS, 40 * MINUTE_MS)
+    # One recurring schedule on the first topic (its own random source, so adding it changed no
+    # other setting of a seed): its occurrences run among the jobs, through every fault.
+    schedule_every_ms: int = MINUTE_MS
+    schedule_misfire: str = "run_once"
 
     @property
     def enabled_faults(self) -> list[str]:
@@ -145,6 +149,8 @@ class DetSettings:
                 f"faults: {faults or 'none'} ({self.busy_fault_share:.0%} while busy), in storms "
                 f"of {self.storm_ms[0] // MINUTE_MS}-{self.storm_ms[1] // MINUTE_MS}m between "
                 f"calm periods of {self.calm_ms[0] // MINUTE_MS}-{self.calm_ms[1] // MINUTE_MS}m",
+                f"schedule: every {self.schedule_every_ms // 1000}s on {self.topics[0].name}, "
+                f"misfire {self.schedule_misfire}",
                 f"steps {self.min_step_ms}-{self.max_step_ms}ms; sweep every "
                 f"{self.sweep_interval_ms}ms, watchdog every {self.watchdog_interval_ms}ms, "
                 f"pool check every {self.check_interval_ms}ms",
@@ -167,6 +173,7 @@ def derive(seed: int, mode_name: str, hours: float | None = None) -> DetSettings
             faults_per_kind=max(1, round(mode.faults_per_kind * scale)),
         )
     rng = random.Random(seed)
+    schedule_rng = random.Random(f"{seed}:schedule")
     all_faults = mode_name in ("ci", "soak")
     enabled = [k for k in FAULT_KINDS if all_faults or rng.random() < 0.7]
     topics = tuple(
@@ -219,6 +226,8 @@ def derive(seed: int, mode_name: str, hours: float | None = None) -> DetSettings
         restart_after_ms=(1_000, rng.choice([30_000, 2 * MINUTE_MS])),
         clock_jump_ms=(1_000, rng.choice([MINUTE_MS, 10 * MINUTE_MS])),
         stop_grace_s=0.3,
+        schedule_every_ms=schedule_rng.choice([MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS]),
+        schedule_misfire=schedule_rng.choice(["run_once", "skip"]),
     )
 
 

@@ -113,11 +113,13 @@ class Driver:
         # keeps re-arming in the past would otherwise hold the clock to min_step_ms forever).
         self.floor_ms = settings.min_step_ms
         self.cut_short = False
+        self.schedules: tuple[str, ...] = ()
 
     def run(self) -> None:
         s, w = self.settings, self.world
         for n in range(s.workers):
             w.start_worker(f"w{n + 1}")
+        self.schedules = (w.start_schedule(),)
         w.settle()
         end_ms = w.start_ms + s.duration_ms
         deadline = time.monotonic() + MODES[s.mode].real_limit_s
@@ -267,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
             live=world.reader.snapshot(),
             early_tolerance_ms=0,
             fault_window_ms=settings.fault_window_ms,
+            schedules=driver.schedules,
         )
         simulated_ms = world.clock.now_ms() - world.start_ms
         steps, settles, cut_short = driver.steps, dict(world.settle_results), driver.cut_short

@@ -12,6 +12,7 @@ from actors.clock import FakeClock
 from actors.errors import ErrorCode
 from actors.lifecycle import State
 from actors.storage import calls, codec
+from actors.storage import schedules as schedule_calls
 from actors.storage.keys import ShardKeys, shard_of
 from actors.storage.scripts import sources
 from actors.storage.store import Store
@@ -40,6 +41,9 @@ def every_call() -> list[calls.ScriptCall]:
         calls.purge(KEYS, AT, ["t|a"]),
         calls.inspect(KEYS, AT, "t|a"),
         calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, (5, "t|a")),
+        schedule_calls.schedule(KEYS, AT, "s", b"spec", 0, blobs["t"], [5_000]),
+        schedule_calls.unschedule(KEYS, AT, "s"),
+        schedule_calls.refill(KEYS, AT, "s", 1, [5_000]),
     ]
 
 

@@ -279,7 +279,7 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
         built += _LUA_PREFIX_NAME_RE.findall(path.read_text())
         assert _LUA_PREFIX_LITERAL_RE.findall(path.read_text()) == [], path.name
     assert sorted(constant for constant, _ in built) == sorted(
-        ["READY_KEY_PREFIX", "READY_CHANNEL", "SLOT_PROBE_KEY"]
+        ["READY_KEY_PREFIX", "READY_CHANNEL", "SLOT_PROBE_KEY", "SCHEDULES_KEY"]
     )
 
 
@@ -317,7 +317,7 @@ def test_every_record_field_is_in_the_record_table() -> None:
     in_code = set(re.findall(r"``([a-z])``", _record.__doc__))
     text = (DOCS / "redis-layout.md").read_text().split("## The job record", 1)[1]
     in_docs = set(re.findall(r"^\| `([a-z])` \|", text, re.MULTILINE))
-    assert in_docs == in_code == set("bdanrlcxtp")
+    assert in_docs == in_code == set("bdanrlcxtps")
 
 
 @pytest.mark.parametrize(

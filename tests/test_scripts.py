@@ -35,6 +35,9 @@ TRANSITIONS = {
     "purge",
     "inspect",
     "list",
+    "schedule",
+    "unschedule",
+    "refill",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any, TextIO, TypeVar
 
 from actors.lifecycle import LIVE_STATES_IN_ORDER
 from actors.replay import Drift, ReplayedJob
+from actors.schedules import ScheduleInfo
 from actors.values import JobInfo
 
 T = TypeVar("T")
@@ -398,4 +399,22 @@ def drift_json(drift: Drift) -> dict[str, Any]:
         "field": drift.field,
         "replayed": drift.replayed,
         "live": drift.live,
+    }
+
+
+def schedule_json(info: ScheduleInfo) -> dict[str, Any]:
+    spec = info.spec
+    return {
+        "name": spec.name,
+        "topic": spec.topic,
+        "cron": spec.cron,
+        "every_ms": spec.every_ms,
+        "tz": spec.tz,
+        "start_at_ms": spec.start_at_ms,
+        "misfire": spec.misfire,
+        "body": decode_body(spec.body),
+        "next_ms": info.next_ms,
+        "next": None if info.next_ms is None else iso_ms(info.next_ms),
+        "pending_id": info.pending_id,
+        "upcoming_ms": list(info.upcoming_ms),
     }

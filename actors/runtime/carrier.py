@@ -73,6 +73,8 @@ class Carrier(RedelayActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Carry):
             self.reasons[message.reason] += 1
+            if message.reason == "watchdog":
+                self._tend_schedules()
             self._carry()
         elif isinstance(message, Wake):
             self._wake(message.due_ms)
@@ -141,6 +143,14 @@ class Carrier(RedelayActor):
                 memory["maxmemory"],
                 c.REDIS_FULL_AUDIT_KEEP,
             )
+
+    def _tend_schedules(self) -> None:
+        # Once a minute: a schedule left without its next occurrence (every process that carried
+        # it died before refilling) gets it back. A Redis error here is the carry's to back off.
+        try:
+            self.store.tend_schedules()
+        except redis.RedisError as exc:
+            log.warning("carrier: tending the schedules failed (%s)", exc)
 
     def _wake(self, due_ms: int) -> None:
         if due_ms <= self.clock.now_ms():

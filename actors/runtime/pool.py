@@ -37,6 +37,7 @@ import pykka
 import redis
 
 from actors import _constants as c
+from actors import _rearm
 from actors.clock import Clock
 from actors.errors import ErrorCode
 from actors.runtime._actor import RedelayActor
@@ -142,6 +143,7 @@ class ConsumerPool(RedelayActor):
             "failed": 0,
             "timeouts": 0,
             "lost_leases": 0,
+            "rearmed": 0,  # refused because the handler re-armed its own job (actors/_rearm.py)
             "released": 0,
             "extended": 0,
             "flushes": 0,
@@ -316,7 +318,7 @@ class ConsumerPool(RedelayActor):
                 acked = codes.count(ErrorCode.OK)
                 self.counts["acked"] += acked
                 self.metrics.jobs("acked", acked)
-                self._count_lost(codes)
+                self._count_lost(codes, [(a[0], a[1]) for a in batch])
                 if self.tracing is not None:
                     for span, code in zip(self.ack_spans[: len(batch)], codes, strict=True):
                         finish(span, "ack" if code == ErrorCode.OK else "lost")
@@ -327,7 +329,7 @@ class ConsumerPool(RedelayActor):
                 results = self.store.fail_many([f.row for f in fails], [f.traceback for f in fails])
                 self.counts["flushes"] += 1
                 self.counts["failed"] += len(fails)
-                self._count_failed(results)
+                self._count_failed(results, [(f.lease.topic, f.lease.id) for f in fails])
                 del self.fails[: len(fails)]
                 for failure, result in zip(fails, results, strict=True):
                     self._failed(failure, result)
@@ -379,17 +381,26 @@ class ConsumerPool(RedelayActor):
                 self.listener.tell(SlotsFreed(self.slots_to_free))
             self.slots_to_free = 0
 
-    def _count_lost(self, results: list[Any]) -> int:
-        lost = sum(1 for r in results if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED))
+    def _count_lost(self, results: list[Any], keys: list[tuple[str, str]]) -> int:
+        refused = [
+            key
+            for r, key in zip(results, keys, strict=True)
+            if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED)
+        ]
+        # A job its own handler re-armed (replaced while leased) was refused on purpose.
+        rearmed = sum(1 for topic, job_id in refused if _rearm.take(topic, job_id))
+        lost = len(refused) - rearmed
+        if rearmed:
+            self.counts["rearmed"] += rearmed
         if lost:
             self.counts["lost_leases"] += lost
             self.metrics.jobs("rejected", lost)
             log.warning("pool %s: %d results refused, their leases were lost", self.topic, lost)
-        return lost
+        return len(refused)
 
-    def _count_failed(self, results: list[str | ErrorCode]) -> None:
+    def _count_failed(self, results: list[str | ErrorCode], keys: list[tuple[str, str]]) -> None:
         # Each accepted failure is one of: retried ("failed"), dead, or ended by its cancel.
-        lost = self._count_lost(results)
+        lost = self._count_lost(results, keys)
         dead = results.count("dead")
         cancelled = results.count("cancelled")
         self.metrics.jobs("dead", dead)

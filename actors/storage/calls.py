@@ -85,7 +85,9 @@ def add(
 
 def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
-    return ScriptCall("carry", [k.delayed, k.jobs, k.counts, k.audit], [*at.common(k), limit])
+    return ScriptCall(
+        "carry", [k.delayed, k.jobs, k.counts, k.audit], [*at.common(k), limit, k.wake_channel]
+    )
 
 
 def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
@@ -224,7 +226,7 @@ def states_before(reply: Any) -> list[str]:
 
 def count_and_next(reply: Any) -> tuple[int, int | None]:
     """carry, expire: how many moved, and the next due time or deadline (None: none left)."""
-    count, next_ms = reply
+    count, next_ms = reply[0], reply[1]
     return int(count), (None if int(next_ms) < 0 else int(next_ms))
 
 

@@ -5,7 +5,8 @@ Fields (single letters keep ~40 bytes per pending job off Redis memory):
 ``r`` retry schedule ms (only when set per job), ``l`` lease ms (only when set per job),
 ``c`` callback URL (optional), ``x`` 1 once a cancel was requested while leased, ``t`` the
 traceback of the last failed attempt (only when it had one; written by Lua), ``p`` the W3C
-traceparent of the add's producer span (only when traced: actors/tracing.py).
+traceparent of the add's producer span (only when traced: actors/tracing.py), ``s`` the name of
+the schedule whose occurrence the job is (written by Lua, lua/_arm.lua).
 Lua edits the same map with its built-in cmsgpack.
 """
 

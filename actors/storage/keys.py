@@ -59,6 +59,10 @@ class ShardKeys:
         return self.prefix + c.AUDIT_KEY
 
     @property
+    def schedules(self) -> str:
+        return self.prefix + c.SCHEDULES_KEY
+
+    @property
     def wake_channel(self) -> str:
         return self.prefix + c.WAKE_CHANNEL
 
@@ -105,4 +109,15 @@ def shard_of(topic: str, job_id: str, shards: int) -> int:
     """The shard of a job, from (topic, id) only, so get and cancel go straight to it."""
     if shards == 1:
         return 0
+    if job_id.startswith(c.OCCURRENCE_ID_PREFIX):
+        # A schedule's occurrence lives with its schedule, whose shard depends on its name only
+        # (the occurrence time ends the id, after the last ":").
+        return schedule_shard(job_id[len(c.OCCURRENCE_ID_PREFIX) :].rpartition(":")[0], shards)
     return zlib.crc32(member(topic, job_id).encode()) % shards
+
+
+def schedule_shard(name: str, shards: int) -> int:
+    """The shard of a schedule: the carry that moves one occurrence on makes the next there."""
+    if shards == 1:
+        return 0
+    return zlib.crc32((c.OCCURRENCE_ID_PREFIX + name).encode()) % shards

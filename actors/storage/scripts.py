@@ -37,7 +37,7 @@ _INCLUDE_RE = re.compile(r"^-- @include (\S+)[ \t]*$", re.MULTILINE)
 _CONSTANT_RE = re.compile(r"^-- @constant (\S+)[ \t]*$", re.MULTILINE)
 _NAME_RE = re.compile(r"^(?P<name>[a-z_]+)-(?P<keys>\d+)\.lua$")
 # Constant strings are key names and the like: kept to characters that need no Lua escaping.
-_PLAIN_STRING_RE = re.compile(r"^[A-Za-z0-9_.:|-]*$")
+_PLAIN_STRING_RE = re.compile(r"^[A-Za-z0-9_.:|@-]*$")
 
 
 # The scripts that move or remove jobs and run when Redis is full; adds and replaces are refused.

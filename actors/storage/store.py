@@ -39,6 +39,7 @@ from redis.exceptions import RedisClusterException
 
 from actors import _constants as c
 from actors import _validation as validation
+from actors import schedules as _schedules
 from actors.clock import Clock
 from actors.errors import (
     ConfigError,
@@ -47,10 +48,12 @@ from actors.errors import (
 )
 from actors.lifecycle import State
 from actors.producing import build_job
+from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls, heartbeats, reads
 from actors.storage import codec as _record
+from actors.storage import schedules as schedule_calls
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
-from actors.storage.keys import ShardKeys
+from actors.storage.keys import ShardKeys, schedule_shard
 from actors.storage.namespace_config import (
     ensure_retention,
     ensure_shards,
@@ -256,7 +259,24 @@ class Store(ShardPlan):
         Returns (moved, next due ms or None).
         """
         validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
-        return self._sweep(calls.carry, limit)
+        at = self._now()
+        replies = self._run({s: calls.carry(k, at, limit) for s, k in enumerate(self.shard_keys)})
+        moved, next_at = 0, None
+        low: list[str] = []
+        for reply in replies.values():
+            count, next_ms, names = schedule_calls.carried(reply)
+            moved, low = moved + count, low + names
+            if next_ms is not None and (next_at is None or next_ms < next_at):
+                next_at = next_ms
+        if low:
+            # The carry already made each next occurrence; these lists only ran low. A failure
+            # here is retried by the next carry of an occurrence, long before a list runs dry.
+            try:
+                self.refill_schedules(low)
+            except redis.RedisError as exc:
+                log.warning("carry: refilling schedules %s failed (%s)", low, exc)
+            next_at = self.earliest_due_ms()
+        return moved, next_at
 
     @_cluster_errors
     def expire(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
@@ -465,6 +485,87 @@ class Store(ShardPlan):
             }
         )
         return sum(calls.total(reply) for reply in replies.values())
+
+    # -- recurring schedules (actors/schedules.py, docs/schedules.md) -------------------------
+
+    @_cluster_errors
+    def schedule(self, spec: ScheduleSpec) -> tuple[str, str | None]:
+        """Creates or updates a schedule and makes its pending occurrence (one script call).
+
+        Returns ("created" | "updated" | "unchanged", the pending occurrence's id or None).
+        The spec is checked by the caller (actors/schedules.py).
+        """
+        keys = self.shard_keys[schedule_shard(spec.name, self.shard_count)]
+        at = self._now()
+        anchor = _schedules.first_anchor_ms(spec, at.now_ms) if spec.every_ms else 0
+        times = _schedules.occurrences(spec, at.now_ms, c.OCCURRENCES_AHEAD, anchor)
+        call = schedule_calls.schedule(
+            keys,
+            at,
+            spec.name,
+            schedule_calls.pack_spec(spec),
+            anchor,
+            self._topic_config_blob(spec.topic),
+            times,
+        )
+        (reply,) = self._batch.run([call])
+        return schedule_calls.scheduled(reply)
+
+    @_cluster_errors
+    def unschedule(self, name: str) -> bool:
+        """Deletes a schedule and its pending occurrence if still delayed; False if unknown."""
+        keys = self.shard_keys[schedule_shard(_schedules.name(name), self.shard_count)]
+        (reply,) = self._batch.run([schedule_calls.unschedule(keys, self._now(), name)])
+        return bool(int(reply))
+
+    @_cluster_errors
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of every shard, by name."""
+        found = [
+            schedule_calls.unpack_schedule(decoded(name), bytes(blob)).info  # type: ignore[arg-type]
+            for keys in self.shard_keys
+            for name, blob in self.client.hgetall(keys.schedules).items()
+        ]
+        return sorted(found, key=lambda info: info.spec.name)
+
+    @_cluster_errors
+    def refill_schedules(self, names: Sequence[str]) -> int:
+        """Tops up the stored occurrence times of the named schedules (the carry asks for it).
+
+        Reads each schedule, computes the times after its last one, and appends them with a
+        script that refuses them if the schedule changed meanwhile. Returns how many times were
+        appended.
+        """
+        appended = 0
+        for name in dict.fromkeys(names):
+            keys = self.shard_keys[schedule_shard(name, self.shard_count)]
+            blob = self.client.hget(keys.schedules, name)
+            if blob is None:
+                continue
+            stored = schedule_calls.unpack_schedule(name, bytes(blob))  # type: ignore[arg-type]
+            at = self._now()
+            after = max(stored.last_ms or 0, at.now_ms)
+            wanted = max(1, c.OCCURRENCES_AHEAD - len(stored.info.upcoming_ms))
+            times = _schedules.occurrences(stored.info.spec, after, wanted, stored.anchor_ms)
+            call = schedule_calls.refill(keys, at, name, stored.generation, times)
+            (reply,) = self._batch.run([call])
+            appended += max(0, int(reply))
+        return appended
+
+    @_cluster_errors
+    def tend_schedules(self) -> int:
+        """Refills every schedule whose stored times ran low or that has no pending occurrence.
+
+        The carry asks for a refill whenever it moves an occurrence on and the times ran low, so
+        this only matters when the processes that carried died before refilling, many times in a
+        row; the watchdog's carrier calls it once a minute. Returns how many times were appended.
+        """
+        wanting = [
+            info.spec.name
+            for info in self.schedules()
+            if info.pending_id is None or len(info.upcoming_ms) < c.REFILL_BELOW
+        ]
+        return self.refill_schedules(wanting) if wanting else 0
 
     # -- reads ------------------------------------------------------------------------------
 

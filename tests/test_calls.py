@@ -40,6 +40,7 @@ def every_call() -> list[calls.ScriptCall]:
         calls.purge(KEYS, AT, ["t|a"]),
         calls.inspect(KEYS, AT, "t|a"),
         calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, (5, "t|a")),
+        calls.pause(KEYS, AT, "t", True),
     ]
 
 

@@ -76,12 +76,14 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 
 def jobs_gauges(samples: Samples) -> dict[str, dict[str, int]]:
-    """The redelay_jobs gauges, shaped like ``Store.stats()``."""
+    """The redelay_jobs and redelay_topic_paused gauges, shaped like ``DelayQueue.stats()``."""
     found: dict[str, dict[str, int]] = {}
     for (name, labels), number in samples.items():
         if name == "redelay_jobs":
             label = dict(labels)
             found.setdefault(label["topic"], {})[label["state"]] = int(number)
+        elif name == "redelay_topic_paused":
+            found.setdefault(dict(labels)["topic"], {})["paused"] = int(number)
     return found
 
 

@@ -25,6 +25,7 @@ from actors.cli import jobs as _cli_jobs
 from actors.cli import listing as _cli_listing
 from actors.cli import metrics as _cli_metrics
 from actors.cli import simulate as _cli_simulate
+from actors.cli import topics as _cli_topics
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, ValidationError
@@ -193,6 +194,7 @@ def build_parser(json_output: bool = False) -> Parser:
     _cli_audit.add_parsers(sub, common)
     _cli_metrics.add_parsers(sub, common)
     _cli_simulate.add_parsers(sub, common)
+    _cli_topics.add_parsers(sub, common)
     return parser
 
 

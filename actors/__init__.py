@@ -31,8 +31,10 @@ from actors.values import (
     JobInfo,
     JobPage,
     Lease,
+    LeaseBatch,
     NewJob,
     TopicConfig,
+    TopicLimits,
 )
 
 
@@ -68,6 +70,7 @@ __all__ = [
     "JobInfo",
     "JobPage",
     "Lease",
+    "LeaseBatch",
     "NewJob",
     "NotReplicatedError",
     "PartialAddError",
@@ -79,6 +82,7 @@ __all__ = [
     "Store",
     "SystemClock",
     "TopicConfig",
+    "TopicLimits",
     "ValidationError",
     "register_callbacks",
 ]

@@ -80,6 +80,9 @@ class DetSettings:
     stop_grace_s: float  # real seconds a graceful worker stop may take
     storm_ms: tuple[int, int] = (10 * MINUTE_MS, 30 * MINUTE_MS)
     calm_ms: tuple[int, int] = (20 * MINUTE_MS, 40 * MINUTE_MS)
+    # Topics paused by an operator, each for a while (no job may be leased meanwhile).
+    pauses: int = 0
+    pause_ms: tuple[int, int] = (MINUTE_MS, 10 * MINUTE_MS)
 
     @property
     def enabled_faults(self) -> list[str]:
@@ -148,6 +151,8 @@ class DetSettings:
                 f"steps {self.min_step_ms}-{self.max_step_ms}ms; sweep every "
                 f"{self.sweep_interval_ms}ms, watchdog every {self.watchdog_interval_ms}ms, "
                 f"pool check every {self.check_interval_ms}ms",
+                f"pauses: {self.pauses} of a topic, {self.pause_ms[0] // MINUTE_MS}-"
+                f"{self.pause_ms[1] // MINUTE_MS}m each",
             ]
         )
 
@@ -219,6 +224,8 @@ def derive(seed: int, mode_name: str, hours: float | None = None) -> DetSettings
         restart_after_ms=(1_000, rng.choice([30_000, 2 * MINUTE_MS])),
         clock_jump_ms=(1_000, rng.choice([MINUTE_MS, 10 * MINUTE_MS])),
         stop_grace_s=0.3,
+        # Not drawn from rng, so every other setting of a seed stays what it was.
+        pauses=max(1, mode.duration_ms // HOUR_MS),
     )
 
 

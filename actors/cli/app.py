@@ -43,7 +43,7 @@ def reference_path() -> Path:
 def epilog() -> str:
     return f"""exit codes: 0 ok, 1 not found or drift, 2 usage or bad input,
 3 no Redis, 4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted;
-simulate: 10-18, the first failed check.
+simulate: 10-19, the first failed check.
 Full reference (options, JSON shapes, exit codes): {reference_path()}"""
 
 

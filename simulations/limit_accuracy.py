@@ -102,7 +102,8 @@ def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     admin.limit(RATED, rate=(args.rate, 1))
     admin.limit(FLIGHT, max_in_flight=args.max_in_flight)
     # More than the run can deliver, so the rate, never the backlog, decides.
-    add(admin, RATED, args.rate * (args.seconds + 5))
+    rated_jobs = args.rate * (args.seconds + 5)
+    add(admin, RATED, rated_jobs)
     add(admin, FLIGHT, args.flight_jobs)
     concurrency = ["--concurrency", str(args.concurrency)]
     workers = [
@@ -112,9 +113,11 @@ def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for _ in range(args.workers)
     ]
     try:
-        deadline = time.monotonic() + args.seconds + 2
-        while time.monotonic() < deadline:
-            time.sleep(0.5)  # the run's length is the measurement; nothing to poll for
+        # The window opens at the first lease (starting processes takes seconds on a busy
+        # machine) and the workers stop a second after it closes.
+        while admin.stats()[RATED]["ready"] == rated_jobs:
+            time.sleep(0.05)  # waiting for the workers to start
+        time.sleep(args.seconds + 1)  # the run's length is the measurement
     finally:
         for worker in workers:
             worker.send_signal(signal.SIGTERM)

@@ -109,6 +109,8 @@ class ChaosSettings:
             migration_pause_s=(raw["migration_pause_s"][0], raw["migration_pause_s"][1]),
             add_wait_ms=raw["add_wait_ms"],
             kill_spacing_s=raw["kill_spacing_s"],
+            pauses=raw["pauses"],
+            pause_s=(float(raw["pause_s"][0]), float(raw["pause_s"][1])),
         )
 
     def as_dict(self) -> dict[str, Any]:

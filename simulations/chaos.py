@@ -253,13 +253,14 @@ class Chaos:
         deadline = time.monotonic() + patience_s
         while True:
             try:
-                self.store.pause(topic, paused)
+                changed = self.store.pause(topic, paused)
                 break
             except redis.RedisError:
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.1)  # Redis is restarting: the pace of the retries
-        self.record("pause" if paused else "resume", topic)
+        if changed:  # the drain's resume of every topic changes only what a failed one left
+            self.record("pause" if paused else "resume", topic)
         return True
 
     def run(self) -> None:

@@ -95,7 +95,7 @@ def make_dead(store: Store, topic: str, job_id: str) -> None:
 # -- help and usage ---------------------------------------------------------------------------
 
 SUBCOMMANDS = ["demo", "worker", "add", "cancel", "get", "stats", "jobs", "dead"]
-SUBCOMMANDS += ["history", "replay", "verify"]
+SUBCOMMANDS += ["history", "replay", "verify", "pause", "resume"]
 
 
 def test_help_lists_every_subcommand_and_the_exit_codes() -> None:

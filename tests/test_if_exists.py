@@ -4,6 +4,10 @@ against a real redis-server."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +15,7 @@ import redis
 
 from actors import DelayQueue, JobExistsError, ValidationError
 from actors.clock import FakeClock
+from actors.server.embedded import RedisProcess
 from actors.storage.keys import shard_of
 
 
@@ -101,3 +106,40 @@ def test_a_bad_value_names_the_field_and_writes_nothing(queue: DelayQueue) -> No
     with pytest.raises(ValidationError, match="if_exists"):
         queue.add_many([{"topic": "mail", "id": "1"}], if_exists="skip")  # type: ignore[arg-type]
     assert fingerprint(queue.store.client) == before
+
+
+def test_the_cli_keeps_an_existing_job(
+    redis_server: RedisProcess, redis_client: redis.Redis
+) -> None:
+    where = ["--redis", redis_server.url, "--namespace", "clikeep", "--json"]
+
+    def add(*extra: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REDELAY_")}
+        if "REDELAY_REDIS_SERVER" in os.environ:
+            env["REDELAY_REDIS_SERVER"] = os.environ["REDELAY_REDIS_SERVER"]
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "add",
+                "mail",
+                "7",
+                "--delay",
+                "1h",
+                *where,
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+
+    assert add().returncode == 0
+    assert add().returncode == 4  # the default: error
+    kept = add("--if-exists", "keep")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["kept"] is True
+    assert json.loads(kept.stdout)["state"] == "delayed"
+    assert add("--if-exists", "keep", "--replace").returncode == 2  # one or the other

@@ -111,7 +111,7 @@ def test_a_bad_value_names_the_field_and_writes_nothing(queue: DelayQueue) -> No
 def test_the_cli_keeps_an_existing_job(
     redis_server: RedisProcess, redis_client: redis.Redis
 ) -> None:
-    where = ["--redis", redis_server.url, "--namespace", "clikeep", "--json"]
+    where = ["--delay", "1h", "--redis", redis_server.url, "--namespace", "clikeep", "--json"]
 
     def add(*extra: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REDELAY_")}

@@ -33,8 +33,10 @@ from actors.values import (
     JobInfo,
     JobPage,
     Lease,
+    LeaseBatch,
     NewJob,
     TopicConfig,
+    TopicLimits,
     WorkerInfo,
 )
 
@@ -72,6 +74,7 @@ __all__ = [
     "JobInfo",
     "JobPage",
     "Lease",
+    "LeaseBatch",
     "NewJob",
     "NotReplicatedError",
     "PartialAddError",
@@ -83,6 +86,7 @@ __all__ = [
     "Store",
     "SystemClock",
     "TopicConfig",
+    "TopicLimits",
     "ValidationError",
     "WorkerInfo",
     "register_callbacks",

@@ -21,6 +21,7 @@ COUNTS_KEY: Final = "counts"  # HASH "<topic>|<state>" -> number of jobs
 SEQ_KEY: Final = "seq"  # STRING counter for lease tokens
 AUDIT_KEY: Final = "audit"  # STREAM of transition events
 SCHEDULES_KEY: Final = "schedules"  # HASH schedule name -> msgpack schedule record
+GATES_KEY: Final = "gates"  # HASH "<topic>|paused|rate|flight|tat" -> a topic's gate (_gate.lua)
 WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest
 READY_CHANNEL: Final = "ready"  # pub/sub channel: a topic's ready list has jobs to lease
 SLOT_PROBE_KEY: Final = "slot-probe"  # never created: EXISTS on it detects a migrating slot
@@ -96,3 +97,11 @@ WORKERS_LIST_MAX: Final = 10_000  # most heartbeats one workers() call reads
 DEFAULT_CARRY_BATCH: Final = 1_000
 DEFAULT_SHARDS: Final = 1
 SHARDS_MAX: Final = 1_024  # each shard costs every carrier and sweeper one script call per round
+
+# Topic gates (pause, rate and in-flight limits; lua/_gate.lua).
+# A listener held back by a full max_in_flight looks again after this long: the ack that frees a
+# slot may come from another process, which tells no one.
+GATE_FLIGHT_POLL_MS: Final = 100
+RATE_MAX_JOBS: Final = 1_000_000  # most jobs a rate may allow per window
+RATE_WINDOW_MAX_MS: Final = 24 * 3600 * 1000
+IN_FLIGHT_MAX: Final = 1_000_000

@@ -298,3 +298,22 @@ def count(value: object, field: str, maximum: int) -> int:
     if value < 1 or value > maximum:
         raise ValidationError(field, f"is {value}", limit)
     return value
+
+
+IfExists = Literal["error", "keep", "replace"]
+_IF_EXISTS: tuple[IfExists, ...] = ("error", "keep", "replace")
+
+
+def if_exists(value: object, replace: bool = False) -> IfExists:
+    """What add does with an existing job: ``value``, or "replace" for the older
+    ``replace=True`` (both given must agree)."""
+    limit = '"error", "keep" or "replace"'
+    if value is None:
+        return "replace" if replace else "error"
+    if value not in _IF_EXISTS:
+        raise ValidationError("if_exists", f"is {value!r}", limit)
+    if replace and value != "replace":
+        raise ValidationError(
+            "if_exists", f"is {value!r} but replace=True was given too", "give one of them"
+        )
+    return value

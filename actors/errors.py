@@ -35,7 +35,8 @@ class ValidationError(RedelayError, ValueError):
 
 
 class JobExistsError(RedelayError):
-    """add() of a (topic, id) that already exists; use replace=True to reschedule it."""
+    """add() of a (topic, id) that already exists: ``if_exists="replace"`` reschedules it,
+    ``if_exists="keep"`` leaves it as it is."""
 
     def __init__(self, members: list[tuple[str, str]]) -> None:
         self.jobs = members
@@ -43,7 +44,7 @@ class JobExistsError(RedelayError):
         more = f" and {len(members) - 5} more" if len(members) > 5 else ""
         super().__init__(
             f"job already exists: {shown}{more}; nothing was added "
-            "(pass replace=True to reschedule)"
+            '(if_exists="replace" reschedules it, if_exists="keep" leaves it)'
         )
 
 

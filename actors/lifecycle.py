@@ -44,6 +44,16 @@ class Event(StrEnum):
     REJECTED = "rejected"  # a stale token was refused; no state change
 
 
+class TopicEvent(StrEnum):
+    """Events of a topic, not of a job (their ``i`` is empty): no job changes state."""
+
+    PAUSED = "paused"
+    RESUMED = "resumed"
+
+
+TOPIC_EVENTS = frozenset(TopicEvent)
+
+
 class Effect(StrEnum):
     """What a transition does to the job's record besides changing its state.
 

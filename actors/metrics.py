@@ -166,6 +166,9 @@ class RedisCollector:
         jobs = GaugeMetricFamily(
             "redelay_jobs", "Jobs in the namespace by topic and state.", labels=["topic", "state"]
         )
+        paused = GaugeMetricFamily(
+            "redelay_topic_paused", "1 while the topic is paused, else 0.", labels=["topic"]
+        )
         up = GaugeMetricFamily(
             "redelay_redis_up", "1 when this scrape read the job counts from Redis, else 0."
         )
@@ -179,8 +182,10 @@ class RedisCollector:
             for topic, states in sorted(counts.items()):
                 for state in STATES:
                     jobs.add_metric([topic, state], states.get(state, 0))
+                paused.add_metric([topic], states.get("paused", 0))
             up.add_metric([], 1)
         yield jobs
+        yield paused
         yield up
         if self._memory is not None:
             full = GaugeMetricFamily(

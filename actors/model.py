@@ -98,6 +98,7 @@ class Model:
     jobs: dict[Key, ModelJob] = field(default_factory=dict)
     ready: dict[str, deque[Key]] = field(default_factory=dict)
     done: dict[Key, State] = field(default_factory=dict)  # last end state of removed jobs
+    paused: set[str] = field(default_factory=set)  # topics no lease takes from
     # How often each row of the table was applied (the replay of the audit counts the same).
     transitions: Counter[tuple[Event, State]] = field(default_factory=Counter)
     # The table every transition is checked against and takes its effects from.
@@ -192,7 +193,20 @@ class Model:
         self._commit([self._plan(job, E.READY) for job in due])
         return [job.key for job in due]
 
+    def pause(self, topic: str, paused: bool) -> bool:
+        """Pauses or resumes a topic (no job changes state); True when that changed it."""
+        if (topic in self.paused) == paused:
+            return False
+        if paused:
+            self.paused.add(topic)
+        else:
+            self.paused.discard(topic)
+        return True
+
     def lease(self, topic: str, now_ms: int, limit: int, tokens: Iterable[str]) -> list[Key]:
+        """Up to ``limit`` of the topic's ready jobs, oldest first; none while it is paused."""
+        if topic in self.paused:
+            return []
         queue = self.ready.get(topic, deque())
         moves = []
         for key, token in zip(list(queue)[:limit], tokens, strict=False):

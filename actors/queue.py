@@ -30,6 +30,7 @@ from actors import _rearm, producing
 from actors import _validation as validation
 from actors import schedules as _schedules
 from actors._signals import wait_for_event
+from actors._validation import IfExists
 from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, RedisFullError, ValidationError
 from actors.job import Job
@@ -47,7 +48,9 @@ from actors.values import (
     Durability,
     JobInfo,
     JobPage,
+    NewJob,
     TopicConfig,
+    TopicLimits,
     WorkerInfo,
 )
 
@@ -203,11 +206,14 @@ class DelayQueue:
         lease: float | timedelta | None = None,
         callback: str | None = None,
         replace: bool = False,
+        if_exists: IfExists | None = None,
     ) -> str:
         """Adds one job, due after ``delay`` (seconds or timedelta) or ``at`` (datetime or
-        epoch seconds; a past time means now), or now. An existing (topic, id) raises
-        JobExistsError unless ``replace``. Returns the state the job had before ("new" when
-        it did not exist)."""
+        epoch seconds; a past time means now), or now. An existing (topic, id): ``if_exists=
+        "error"`` (the default) raises JobExistsError naming it, ``"replace"`` reschedules it
+        (``replace=True`` is the same), ``"keep"`` leaves it as it is (deduplication). Returns
+        "new" when the job did not exist, else the state it had (replace) or has (keep)."""
+        mode = validation.if_exists(if_exists, replace)
         job = producing.new_job(
             self.clock.now_ms(),
             topic,
@@ -220,23 +226,38 @@ class DelayQueue:
             callback=callback,
         )
         if self._tracing.tracer is None:
-            before = self.store.add(job, replace=replace)
+            before = self.store.add(job, if_exists=mode)
         else:
-            before = self._tracing.send([job], partial(self.store.add_many, replace=replace))[0]
-        if before == "leased":
-            _rearm.note(job.topic, job.id)  # its running handler's result is refused quietly
+            before = self._tracing.send([job], partial(self.store.add_many, if_exists=mode))[0]
+        self._note_rearms([job], [before], mode)
         return before
 
-    def add_many(self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False) -> list[str]:
-        """Adds many jobs in one round trip, all or nothing. Each mapping takes add()'s
-        arguments by name: topic, id, body, delay, at, retry, lease, callback."""
+    def add_many(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        replace: bool = False,
+        if_exists: IfExists | None = None,
+    ) -> list[str]:
+        """Adds many jobs in one round trip, all or nothing (per shard; with ``if_exists="keep"``
+        the existing ones are left and the others added). Each mapping takes add()'s arguments
+        by name: topic, id, body, delay, at, retry, lease, callback."""
+        mode = validation.if_exists(if_exists, replace)
         built = producing.new_jobs(self.clock.now_ms(), jobs)
         # Traced: one producer span per job (see actors.tracing).
-        states = self._tracing.send(built, partial(self.store.add_many, replace=replace))
-        for job, before in zip(built, states, strict=True):
+        states = self._tracing.send(built, partial(self.store.add_many, if_exists=mode))
+        self._note_rearms(built, states, mode)
+        return states
+
+    @staticmethod
+    def _note_rearms(jobs: Sequence[NewJob], states: Sequence[str], mode: str) -> None:
+        """A job replaced while leased was re-armed (typically by its own handler): that run's
+        result will be refused, quietly (actors._rearm)."""
+        if mode != "replace":
+            return
+        for job, before in zip(jobs, states, strict=True):
             if before == "leased":
                 _rearm.note(job.topic, job.id)
-        return states
 
     # -- recurring schedules (docs/schedules.md) ---------------------------------------------
 
@@ -295,7 +316,38 @@ class DelayQueue:
         return producing.audit_events(self.store.iter_audit(), topic, job_id)
 
     def stats(self) -> dict[str, dict[str, int]]:
-        return self.store.stats()
+        """Jobs per topic and state, and ``paused`` (1 when the topic is paused, else 0)."""
+        return self.store.stats(with_paused=True)
+
+    # -- topic gates ----------------------------------------------------------------------
+
+    def pause(self, topic: str) -> bool:
+        """Pauses ``topic`` for every process of the namespace: no listener leases its jobs
+        until ``resume`` (jobs already leased run to their end; due jobs still become ready and
+        wait). Audited as a ``paused`` event. False when it was paused already."""
+        return self.store.pause(topic, True)
+
+    def resume(self, topic: str) -> bool:
+        """Resumes a paused ``topic``; its listeners are woken at once. Audited as a
+        ``resumed`` event. False when it was not paused."""
+        return self.store.pause(topic, False)
+
+    def limit(
+        self,
+        topic: str,
+        *,
+        rate: tuple[int, float] | None = None,
+        max_in_flight: int | None = None,
+    ) -> None:
+        """Limits ``topic`` for every process of the namespace, enforced by the lease script
+        with the Redis server's clock: at most ``rate[0]`` jobs leased per ``rate[1]`` seconds,
+        at most ``max_in_flight`` leased at once. A job held back stays ready and counts no
+        attempt. Replaces the topic's limits; ``limit(topic)`` lifts them."""
+        self.store.set_limits(topic, TopicLimits(rate, max_in_flight))
+
+    def limits(self, topic: str) -> TopicLimits:
+        """``topic``'s limits as ``limit`` stored them."""
+        return self.store.limits(topic)
 
     def dead(self, topic: str | None = None, limit: int = 100) -> list[JobInfo]:
         return self.store.dead(topic, limit)

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 
 from actors.lifecycle import (
     END_STATES,
+    TOPIC_EVENTS,
     Effect,
     Event,
     Facts,
     IllegalTransition,
     State,
+    TopicEvent,
     implied_before,
     rule_for,
     starts_record,
@@ -60,9 +62,13 @@ class Replay:
     first_ms: int | None = None  # time of the oldest event replayed
     # How often each row of the lifecycle table was applied (the model counts the same).
     transitions: Counter[tuple[Event, State]] = field(default_factory=Counter)
+    topic_events: Counter[TopicEvent] = field(default_factory=Counter)
 
     def apply(self, entry_id: str, fields: dict[str, str]) -> None:
         self.events += 1
+        if fields["e"] in TOPIC_EVENTS:  # pause, resume: no job moves
+            self.topic_events[TopicEvent(fields["e"])] += 1
+            return
         event = Event(fields["e"])
         key = (fields["t"], fields["i"])
         now = int(fields["ms"])

@@ -73,6 +73,30 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseBatch:
+    """What one lease call got: the leases, and how long the topic's gate asks the caller to wait
+    before the next call (``Store.lease_batch``). ``wait_ms`` is 0 when no gate held jobs back,
+    None when the topic is paused (wait for its resume notice), else milliseconds."""
+
+    leases: list[Lease]
+    wait_ms: int | None = 0
+
+    @property
+    def paused(self) -> bool:
+        return self.wait_ms is None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLimits:
+    """A topic's limits for every process of the namespace (``DelayQueue.limit``): at most
+    ``rate[0]`` jobs leased per ``rate[1]`` seconds, at most ``max_in_flight`` leased at once.
+    None: no such limit."""
+
+    rate: tuple[int, float] | None = None
+    max_in_flight: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobInfo:
     topic: str
     id: str

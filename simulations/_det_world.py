@@ -102,6 +102,8 @@ class Counters:
     runs_started: int = 0
     runs_ended: int = 0
     add_replies_lost: int = 0
+    pauses: int = 0
+    resumes: int = 0
 
     def bump(self, name: str, by: int = 1) -> None:
         with self.lock:
@@ -125,6 +127,7 @@ class World:
         self.redis = RedisProcess(directory / "redis").start()
         self.admin = self.redis.client()
         self.ledger = Ledger(directory / "ledger.sqlite")
+        self.paused: set[str] = set()  # topics paused now (see pause)
         self.hangs = Hangs()
         self.counters = Counters(threading.Lock())
         self.fault_counts: Counter[str] = Counter()
@@ -246,6 +249,23 @@ class World:
         self.ledger.cancel(topic, job_id, self.clock.now_ms(), result)
         return result
 
+    def pause(self, topic: str, paused: bool) -> None:
+        """Pauses or resumes a topic as an operator would. In the ledger's fault rows, so that
+        the deliveries it held back count as after an event, not as calm-period lateness."""
+        for attempt in range(_ADD_TRIES):
+            try:
+                self.reader.pause(topic, paused)  # idempotent: a retry changes nothing twice
+                break
+            except redis.ConnectionError:
+                if attempt == _ADD_TRIES - 1:
+                    raise
+        self.counters.bump("pauses" if paused else "resumes")
+        if paused:  # its ready jobs wait: no reason to wait for them in settle()
+            self.paused.add(topic)
+        else:
+            self.paused.discard(topic)
+        self.ledger.fault(self.clock.now_ms(), "pause" if paused else "resume", topic)
+
     # -- faults -----------------------------------------------------------------------------
 
     def record_fault(self, kind: str, detail: str) -> None:
@@ -321,7 +341,8 @@ class World:
     def observe(self) -> tuple[tuple[Any, ...], bool]:
         """A fingerprint of everything that moves, and whether the system looks idle: no
         handler running but the hung ones, no ready job a pool has room for, no job due but
-        not carried, and every carrier's timer set for the earliest delayed job."""
+        not carried, and every carrier's timer set for the earliest delayed job. A paused
+        topic's ready jobs wait for its resume."""
         keys = self.reader.keys
         pipe = self.admin.pipeline(transaction=False)
         pipe.xlen(keys.audit)
@@ -368,7 +389,7 @@ class World:
         idle = (
             running <= self.hangs.blocked()
             and not any(
-                n > 0 and t.name in room
+                n > 0 and t.name in room and t.name not in self.paused
                 for n, t in zip(ready_lens, self.settings.topics, strict=True)
             )
             and (earliest_due is None or earliest_due > now or carriers == 0)

@@ -233,6 +233,38 @@ class Chaos:
         heapq.heapify(events)
         return events
 
+    def pause_plan(self) -> list[tuple[float, str, bool]]:
+        """When which topic is paused and resumed: (seconds in, topic, paused), in order. From a
+        random source of its own, so the rest of a seed's run stays what it was."""
+        s = self.settings
+        rng = random.Random(f"{s.seed}:pauses")
+        plan: list[tuple[float, str, bool]] = []
+        for _ in range(s.pauses):
+            at = rng.uniform(0, s.duration_s)
+            topic = rng.choice(s.topics).name
+            plan += [
+                (at, topic, True),
+                (min(at + rng.uniform(*s.pause_s), s.duration_s), topic, False),
+            ]
+        return sorted(plan)
+
+    def gate(self, topic: str, paused: bool, patience_s: float = 10.0) -> bool:
+        """Pauses or resumes ``topic`` as an operator would, retrying while Redis is away (a
+        pause is idempotent). Recorded with the faults: the jobs it held back are late for a
+        reason."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                changed = self.store.pause(topic, paused)
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)  # Redis is restarting: the pace of the retries
+        if changed:  # the drain's resume of every topic changes only what a failed one left
+            self.record("pause" if paused else "resume", topic)
+        return True
+
     def run(self) -> None:
         s = self.settings
         for name in self.workers.slots:
@@ -242,7 +274,11 @@ class Chaos:
             self.store.schedule(self.schedule_plan.spec())
         started = time.monotonic()
         events = self.schedule()
+        pauses = self.pause_plan()
         while (elapsed := time.monotonic() - started) < s.duration_s:
+            while pauses and pauses[0][0] <= elapsed:
+                _, topic, paused = pauses.pop(0)
+                self.gate(topic, paused)
             later = []
             while events and events[0][0] <= elapsed:
                 _, n, kind = heapq.heappop(events)
@@ -281,6 +317,8 @@ class Chaos:
         """Brings every node and worker back and waits until no job is delayed, ready or
         leased."""
         self.deployment.settle()
+        for topic in self.settings.topics:  # whatever a failed resume left paused
+            self.gate(topic.name, False, self.settings.drain_limit_s)
         self.workers.start_missing()
         started = time.monotonic()
         deadline = started + self.settings.drain_limit_s

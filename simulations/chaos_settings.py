@@ -56,6 +56,9 @@ class ChaosSettings:
     migration_pause_s: tuple[float, float] = (0.0, 0.0)  # a slot stays MIGRATING this long
     add_wait_ms: int = 0  # adds wait (WAIT) this long for a replica; 0: they do not wait
     kill_spacing_s: float = 0.0  # a master kill waits this long after the last one healed
+    # An operator pauses a topic this many times, each for a while (no lease may take from it).
+    pauses: int = 0
+    pause_s: tuple[float, float] = (0.5, 3.0)
 
     @property
     def fault_window_ms(self) -> int:
@@ -106,6 +109,8 @@ class ChaosSettings:
             migration_pause_s=(raw["migration_pause_s"][0], raw["migration_pause_s"][1]),
             add_wait_ms=raw["add_wait_ms"],
             kill_spacing_s=raw["kill_spacing_s"],
+            pauses=raw["pauses"],
+            pause_s=(float(raw["pause_s"][0]), float(raw["pause_s"][1])),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -163,6 +168,7 @@ class ChaosSettings:
                 f"workers back after {self.restart_after_s[0]:g}-{self.restart_after_s[1]:.1f}s",
                 f"sweep every {self.sweep_interval_s:g}s, watchdog every "
                 f"{self.watchdog_interval_s:g}s, SIGTERM grace {self.stop_grace_s:g}s",
+                f"pauses: {self.pauses} of a topic, {self.pause_s[0]:g}-{self.pause_s[1]:g}s each",
             ]
         )
 
@@ -217,6 +223,8 @@ def derive(
         stop_grace_s=rng.choice([1.0, 3.0]),
         appendfsync=appendfsync,
         drain_limit_s=60 + (max_delay_ms + retry_total_ms + 5 * lease_ms) / 1000,
+        # Not drawn from rng, so every other setting of a seed stays what it was.
+        pauses=max(1, int(duration_s // 20)),
     )
     return settings if cluster_shards is None else _clustered(settings, cluster_shards)
 

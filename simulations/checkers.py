@@ -8,18 +8,21 @@ then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, doc
 2. ``cancelled_delivered``: a job was delivered after a cancel that removed it (or after a cancel
    request on a leased job: that run may finish, no later one may start).
 3. ``after_ack``: a job changed state after it was acked (e.g. it came back and ran again).
-4. ``audit_drift``: the audit stream has an illegal transition, reuses a lease token, or does not
+4. ``paused_leased``: a job was leased from a topic between its pause and its resume (read per
+   shard stream order: a lease after the last ``paused`` entry of a pause and before the first
+   ``resumed`` entry that ends it).
+5. ``audit_drift``: the audit stream has an illegal transition, reuses a lease token, or does not
    replay to the live state (``actors.replay.fold`` + ``compare``).
-4b. ``schedule``: a recurring schedule made one slot's occurrence twice, had two occurrences
-   pending at once, or ended without its next occurrence (exit code 20).
-5. ``lost``: a job the producer added is gone from Redis without a successful run, a death or a
+6. ``schedule``: a recurring schedule made one slot's occurrence twice, had two occurrences
+   pending at once, or ended without its next occurrence.
+7. ``lost``: a job the producer added is gone from Redis without a successful run, a death or a
    cancel to show for it.
-6. ``unexplained_duplicate``: a job ran again after a run that did not fail, and the audit stream
+8. ``unexplained_duplicate``: a job ran again after a run that did not fail, and the audit stream
    shows no expired lease, release or handler timeout that ended the earlier run, nor a new add
    after its ack.
-7. ``stuck``: at the end a job is still delayed, ready or leased (nothing finished it in time).
-8. ``late``: with a bound set, lateness in calm periods went over it.
-9. ``user_check``: the user's own checker (``--check``) raised: one of their invariants broke
+9. ``stuck``: at the end a job is still delayed, ready or leased (nothing finished it in time).
+10. ``late``: with a bound set, lateness in calm periods went over it.
+11. ``user_check``: the user's own checker (``--check``) raised: one of their invariants broke
    (simulations.user_check runs it; it is not a function of the evidence alone).
 """
 
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 
-from actors.lifecycle import State
+from actors.lifecycle import TOPIC_EVENTS, State
 from actors.replay import compare, fold
 from actors.schedules import schedule_of
 from actors.values import Snapshot
@@ -52,6 +55,7 @@ class Failure(StrEnum):
     EARLY = "early"
     CANCELLED_DELIVERED = "cancelled_delivered"
     AFTER_ACK = "after_ack"
+    PAUSED_LEASED = "paused_leased"
     AUDIT_DRIFT = "audit_drift"
     SCHEDULE = "schedule"
     LOST = "lost"
@@ -66,6 +70,7 @@ EXIT_CODES: dict[Failure, int] = {
     Failure.EARLY: 10,
     Failure.CANCELLED_DELIVERED: 11,
     Failure.AFTER_ACK: 12,
+    Failure.PAUSED_LEASED: 19,  # numbered after the others it joined
     Failure.AUDIT_DRIFT: 13,
     Failure.SCHEDULE: 20,  # added after the others: their codes stay as they were
     Failure.LOST: 14,
@@ -79,6 +84,7 @@ MEANINGS: dict[Failure, str] = {
     Failure.EARLY: "a job was delivered before its due time",
     Failure.CANCELLED_DELIVERED: "a cancelled job was delivered",
     Failure.AFTER_ACK: "a job changed state after it was acked",
+    Failure.PAUSED_LEASED: "a job was leased from a paused topic",
     Failure.AUDIT_DRIFT: "the audit stream does not replay to the live state",
     Failure.SCHEDULE: "a schedule made a slot twice, had two pending, or lost its next one",
     Failure.LOST: "a job the producer added was lost",
@@ -203,9 +209,17 @@ class AuditIndex:
         self.lease_by: dict[LeaseId, str] = {}
         self.reused_tokens: list[tuple[Key, str]] = []
         self.ids: list[str] = []
+        # A topic's pause and resume entries and its leases' positions (check_paused).
+        self.topic_events: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        self.topic_leases: dict[str, list[tuple[int, Key]]] = defaultdict(list)
         for pos, (entry_id, fields) in enumerate(entries):
             self.ids.append(entry_id)
             key = (fields.get("t", ""), fields.get("i", ""))
+            if fields.get("e") in TOPIC_EVENTS:
+                self.topic_events[key[0]].append((pos, fields["e"]))
+                continue
+            if fields.get("e") == "leased":
+                self.topic_leases[key[0]].append((pos, key))
             self.by_key[key].append((pos, fields))
             if fields.get("e") == "leased":
                 token = fields.get("tok", "")
@@ -273,6 +287,46 @@ def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
                     f"(attempt {run.attempt}, token {run.token}, worker {run.worker})",
                 )
             )
+    return found
+
+
+# -- paused_leased ----------------------------------------------------------------------------
+
+
+def paused_windows(events: Sequence[tuple[int, str]], end: int) -> list[tuple[int, int]]:
+    """Stream positions (after, before) between which a topic was paused in every shard.
+
+    A pause writes one ``paused`` entry per shard and the merged stream keeps each shard's own
+    order, so a lease after the last ``paused`` entry of a pause (and before the first ``resumed``
+    entry) came after its own shard's pause and before its resume."""
+    windows: list[tuple[int, int]] = []
+    start: int | None = None
+    for pos, event in events:
+        if event == "paused":
+            start = pos  # the latest paused entry of this pause
+        elif start is not None:
+            windows.append((start, pos))
+            start = None
+    if start is not None:
+        windows.append((start, end))  # never resumed: to the stream's end
+    return windows
+
+
+def check_paused(index: AuditIndex) -> list[Violation]:
+    found: list[Violation] = []
+    for topic, events in index.topic_events.items():
+        windows = paused_windows(events, len(index.ids))
+        for pos, key in index.topic_leases.get(topic, []):
+            for after, before in windows:
+                if after < pos < before:
+                    found.append(
+                        Violation(
+                            Failure.PAUSED_LEASED,
+                            key,
+                            f"leased (audit entry {pos}) while {topic} was paused (from entry "
+                            f"{after})",
+                        )
+                    )
     return found
 
 
@@ -622,6 +676,7 @@ def check_all(ev: Evidence) -> Verdict:
     violations += check_early(ev, index)
     violations += check_cancelled(ev, index)
     violations += check_after_ack(index)
+    violations += check_paused(index)
     violations += check_audit(ev, index)
     violations += check_schedules(ev)
     outcome_violations, outcomes = check_outcomes(ev, index)

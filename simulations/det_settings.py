@@ -84,6 +84,9 @@ class DetSettings:
     # other setting of a seed): its occurrences run among the jobs, through every fault.
     schedule_every_ms: int = MINUTE_MS
     schedule_misfire: str = "run_once"
+    # Topics paused by an operator, each for a while (no job may be leased meanwhile).
+    pauses: int = 0
+    pause_ms: tuple[int, int] = (MINUTE_MS, 10 * MINUTE_MS)
 
     @property
     def enabled_faults(self) -> list[str]:
@@ -154,6 +157,8 @@ class DetSettings:
                 f"steps {self.min_step_ms}-{self.max_step_ms}ms; sweep every "
                 f"{self.sweep_interval_ms}ms, watchdog every {self.watchdog_interval_ms}ms, "
                 f"pool check every {self.check_interval_ms}ms",
+                f"pauses: {self.pauses} of a topic, {self.pause_ms[0] // MINUTE_MS}-"
+                f"{self.pause_ms[1] // MINUTE_MS}m each",
             ]
         )
 
@@ -228,6 +233,8 @@ def derive(seed: int, mode_name: str, hours: float | None = None) -> DetSettings
         stop_grace_s=0.3,
         schedule_every_ms=schedule_rng.choice([MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS]),
         schedule_misfire=schedule_rng.choice(["run_once", "skip"]),
+        # Not drawn from rng, so every other setting of a seed stays what it was.
+        pauses=max(1, mode.duration_ms // HOUR_MS),
     )
 
 

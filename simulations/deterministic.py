@@ -49,7 +49,7 @@ _DRAIN_REAL_LIMIT_S = 300.0
 class Planned:
     at_ms: int
     order: int
-    kind: str = field(compare=False)  # "add", "cancel", a fault kind, or "restart"
+    kind: str = field(compare=False)  # "add", "cancel", "pause", "resume", a fault, "restart"
     busy: bool = field(compare=False)  # fire right after the clock moves, before settling
     data: Any = field(compare=False, default=None)
 
@@ -90,6 +90,15 @@ def plan(settings: DetSettings, start_ms: int) -> list[Planned]:
         for _, job_id, _ in batch:
             if rng.random() < 0.2:
                 push(start_ms + at + rng.randint(1, 10_000), "cancel", False, (topic, job_id))
+    # Operators pause a topic now and then and resume it later (an rng of its own, so the
+    # rest of a seed's plan stays what it was).
+    pauses = random.Random(f"{settings.seed}:pauses")
+    for _ in range(settings.pauses):
+        at = pauses.randrange(settings.duration_ms)
+        topic = pauses.choice(settings.topics).name
+        until = min(at + pauses.randint(*settings.pause_ms), settings.duration_ms)
+        push(start_ms + at, "pause", pauses.random() < 0.5, topic)
+        push(start_ms + until, "resume", pauses.random() < 0.5, topic)
     # Faults come in storms with calm periods between; within a storm at twice the mean rate.
     periods = storms(rng, settings.duration_ms, settings.storm_ms, settings.calm_ms)
     for kind, interval_ms in sorted(settings.fault_interval_ms.items()):
@@ -190,6 +199,8 @@ class Driver:
             w.add_jobs(event.data)
         elif event.kind == "cancel":
             w.cancel(*event.data)
+        elif event.kind in ("pause", "resume"):
+            w.pause(event.data, event.kind == "pause")
         elif event.kind == "restart":
             if w.workers.get(event.data) is None:
                 w.start_worker(event.data)

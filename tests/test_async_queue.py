@@ -67,7 +67,7 @@ def test_a_job_added_async_is_the_job_the_sync_queue_sees(
     assert (
         stats
         == sync_queue.stats()
-        == {"mail.send": {"delayed": 1, "ready": 0, "leased": 0, "dead": 0}}
+        == {"mail.send": {"delayed": 1, "ready": 0, "leased": 0, "dead": 0, "paused": 0}}
     )
 
 

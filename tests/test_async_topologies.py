@@ -30,7 +30,11 @@ def test_a_sharded_namespace_on_a_cluster(clean_cluster: LocalCluster) -> None: 
 
     stats = asyncio.run(scenario())
     sync_queue = DelayQueue(clean_cluster.url(), namespace="c", producer_only=True)
-    assert stats == sync_queue.stats() == {"t": {"delayed": 29, "ready": 0, "leased": 0, "dead": 0}}
+    assert (
+        stats
+        == sync_queue.stats()
+        == {"t": {"delayed": 29, "ready": 0, "leased": 0, "dead": 0, "paused": 0}}
+    )
     direct = clean_cluster.client()
     keys = sync_queue.store.shard_keys
     nodes = {direct.get_node_from_key(k.jobs).name for k in keys}  # type: ignore[no-untyped-call]

@@ -44,6 +44,7 @@ def every_call() -> list[calls.ScriptCall]:
         schedule_calls.schedule(KEYS, AT, "s", b"spec", 0, blobs["t"], [5_000]),
         schedule_calls.unschedule(KEYS, AT, "s"),
         schedule_calls.refill(KEYS, AT, "s", 1, [5_000]),
+        calls.pause(KEYS, AT, "t", True),
     ]
 
 

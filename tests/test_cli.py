@@ -95,7 +95,7 @@ def make_dead(store: Store, topic: str, job_id: str) -> None:
 # -- help and usage ---------------------------------------------------------------------------
 
 SUBCOMMANDS = ["demo", "worker", "add", "cancel", "get", "stats", "jobs", "dead"]
-SUBCOMMANDS += ["history", "replay", "verify"]
+SUBCOMMANDS += ["history", "replay", "verify", "pause", "resume"]
 
 
 def test_help_lists_every_subcommand_and_the_exit_codes() -> None:
@@ -137,6 +137,7 @@ def test_add_get_cancel_round_trip(cli: Cli) -> None:
         "state": "delayed",
         "due_ms": added["due_ms"],
         "replaced": None,
+        "kept": False,
     }
     assert abs(added["due_ms"] - (time.time() + 300) * 1000) < 10_000
     job = cli.json("get", "order.timeout", "42")
@@ -242,8 +243,8 @@ def test_stats_counts_per_topic_and_state(cli: Cli, store: Store) -> None:
     cli("add", "b", "1", "--delay", "1h")
     make_dead(store, "b", "2")
     stats = cli.json("stats")
-    assert stats["topics"]["a"] == {"delayed": 1, "ready": 1, "leased": 0, "dead": 0}
-    assert stats["topics"]["b"] == {"delayed": 1, "ready": 0, "leased": 0, "dead": 1}
+    assert stats["topics"]["a"] == {"delayed": 1, "ready": 1, "leased": 0, "dead": 0, "paused": 0}
+    assert stats["topics"]["b"] == {"delayed": 1, "ready": 0, "leased": 0, "dead": 1, "paused": 0}
     assert stats["totals"] == {"delayed": 2, "ready": 1, "leased": 0, "dead": 1}
     assert stats["namespace"] == NS and stats["audit_entries"] > 0
     assert stats["next_due_ms"] is not None

@@ -21,6 +21,7 @@ from conftest import redis_binaries
 
 from actors import FakeClock, RedisFullError, Store, TopicConfig
 from actors import _constants as c
+from actors.lifecycle import TopicEvent
 from actors.model import Event
 from actors.server.embedded import RedisProcess
 from actors.storage import codec as _record
@@ -96,7 +97,8 @@ def by_event(per_script: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_every_model_event_is_documented_once() -> None:
-    assert set(documented_events()) == {event.value for event in Event}
+    events = {event.value for event in Event} | {event.value for event in TopicEvent}
+    assert set(documented_events()) == events
 
 
 def test_the_audit_table_names_the_scripts_that_emit_each_event() -> None:
@@ -262,7 +264,8 @@ def key_names_in_code() -> list[str]:
     """Every name redelay gives a key or channel, as the key table writes it."""
     keys = ShardKeys("ns", 0)
     names = [keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead, keys.topics]
-    names += [keys.counts, keys.seq, keys.audit, keys.wake_channel, keys.ready("<topic>")]
+    names += [keys.counts, keys.seq, keys.audit, keys.gates, keys.wake_channel]
+    names += [keys.ready("<topic>")]
     names += [keys.ready_channel, keys.slot_probe]
     shard_keys = {name.replace(keys.prefix, "<prefix>", 1) for name in names}
     # Names the scripts build themselves, e.g. `prefix .. READY_KEY_PREFIX .. topic`.

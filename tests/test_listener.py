@@ -93,6 +93,8 @@ def test_leases_at_most_the_free_slots_in_one_round_trip(
             "leased": 3,
             "leases": 1,  # one round trip for the three
             "waits": 0,  # no free slot left, so it does not wait on Redis either
+            "paused_waits": 0,
+            "gated_waits": 0,
             "free_slots": 0,
             "failures": 0,
         }
@@ -155,6 +157,8 @@ def test_waits_for_a_notice_without_polling_and_answers_meanwhile(
             "leased": 0,
             "leases": 1,
             "waits": 1,
+            "paused_waits": 0,
+            "gated_waits": 0,
             "free_slots": 2,
             "failures": 0,
         }

@@ -76,12 +76,14 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 
 def jobs_gauges(samples: Samples) -> dict[str, dict[str, int]]:
-    """The redelay_jobs gauges, shaped like ``Store.stats()``."""
+    """The redelay_jobs and redelay_topic_paused gauges, shaped like ``DelayQueue.stats()``."""
     found: dict[str, dict[str, int]] = {}
     for (name, labels), number in samples.items():
         if name == "redelay_jobs":
             label = dict(labels)
             found.setdefault(label["topic"], {})[label["state"]] = int(number)
+        elif name == "redelay_topic_paused":
+            found.setdefault(dict(labels)["topic"], {})["paused"] = int(number)
     return found
 
 
@@ -185,7 +187,7 @@ def test_a_worker_serves_its_metrics_over_http(worker: Any, store: Store) -> Non
     assert value(samples, "redelay_handlers_busy", topic="mail.send") == 0
     # Read from Redis at scrape time: the same numbers stats gives.
     assert value(samples, "redelay_redis_up") == 1
-    assert jobs_gauges(samples) == store.stats()
+    assert jobs_gauges(samples) == store.stats(with_paused=True)
     assert jobs_gauges(samples)["mail.bounce"]["dead"] == dead
     for actor in ("watchdog", "carrier", "sweeper", "topic:mail.send", "topic:mail.bounce"):
         assert ("redelay_actor_restarts_total", frozenset({("actor", actor)})) in samples
@@ -231,13 +233,14 @@ def test_redelay_metrics_prints_the_gauges_stats_gives(
     leased = store.lease("b", 2)
     assert len(leased) == 2
     store.fail(leased[0].topic, leased[0].id, leased[0].token, "boom")  # retried: delayed
+    store.pause("b")
     where = ("--redis", redis_server.url, "--namespace", NS)
     result = redelay("metrics", *where)
     assert result.returncode == 0, result.stderr
     samples = parse(result.stdout)
-    expected = store.stats()
-    assert expected["a"] == {"delayed": 4, "ready": 2, "leased": 0, "dead": 0}
-    assert expected["b"] == {"delayed": 1, "ready": 1, "leased": 1, "dead": 0}
+    expected = store.stats(with_paused=True)
+    assert expected["a"] == {"delayed": 4, "ready": 2, "leased": 0, "dead": 0, "paused": 0}
+    assert expected["b"] == {"delayed": 1, "ready": 1, "leased": 1, "dead": 0, "paused": 1}
     assert jobs_gauges(samples) == expected
     assert value(samples, "redelay_redis_up") == 1
     # The process's own numbers belong to a worker: the command has none.
@@ -250,7 +253,10 @@ def test_redelay_metrics_prints_the_gauges_stats_gives(
         (topic, state): float(n)
         for topic, states in expected.items()
         for state, n in states.items()
+        if state != "paused"
     }
+    paused = [d for d in documents if d["name"] == "redelay_topic_paused"]
+    assert {d["labels"]["topic"]: d["value"] for d in paused} == {"a": 0.0, "b": 1.0}
 
 
 def test_redelay_metrics_without_redis_exits_3(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_mixed_delays_are_each_delivered_once_and_never_early(queue: DelayQueue)
         f"lateness ms: p50={statistics.median(lateness)} "
         f"p99={lateness[int(len(lateness) * 0.99)]} max={lateness[-1]}"
     )
-    assert queue.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
+    assert queue.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0, "paused": 0}
 
 
 def test_cancelled_jobs_are_never_delivered(queue: DelayQueue) -> None:

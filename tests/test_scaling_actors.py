@@ -85,7 +85,7 @@ def check(queue: DelayQueue, recorder: Recorder, confirmed: list[str]) -> dict[s
     leased in one and acked in the other.
     """
     wait_for(lambda: set(confirmed) <= recorder.done(), "every confirmed job to run", 2 * WAIT_S)
-    empty = {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
+    empty = {"delayed": 0, "ready": 0, "leased": 0, "dead": 0, "paused": 0}
     wait_for(lambda: queue.stats().get(TOPIC, empty) == empty, "every ack to land", 2 * WAIT_S)
     health = queue.health()
     assert recorder.early == []
@@ -127,7 +127,7 @@ def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
     opened = {p: clients_per_node(cluster)[p] - before[p] for p in before}  # while running
     check(queue, recorder, ids)
     assert all(len(times) == 1 for times in recorder.started.values())  # nothing failed
-    assert queue.stats()[TOPIC] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
+    assert queue.stats()[TOPIC] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0, "paused": 0}
     # One pool per node, used by a handful of actor threads, and one pub/sub connection in all.
     assert sum(opened.values()) <= 3 * 6 + 1, opened
     print(f"connections opened per master by one worker process: {opened}")

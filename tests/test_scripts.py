@@ -38,6 +38,7 @@ TRANSITIONS = {
     "schedule",
     "unschedule",
     "refill",
+    "pause",
 }
 
 

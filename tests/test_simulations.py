@@ -110,6 +110,26 @@ def test_a_lease_before_the_due_time_is_early(store: Store, fake_clock: FakeCloc
     assert _failures(by_server) == []
 
 
+def test_a_lease_between_a_pause_and_its_resume(store: Store, fake_clock: FakeClock) -> None:
+    job = _add(store, "a")
+    store.pause(T)
+    store.pause(T, False)
+    token = _lease_one(store, fake_clock, job.due_ms)
+    store.ack(T, "a", token)
+    evidence = _evidence(store, [job], [_run(1, job, token, job.due_ms, "ok")])
+    assert _failures(evidence) == []  # the lease came after the resume
+    # What a gate that let the lease through would have written: the resume after the lease.
+    entries = evidence.audit
+    resumed = next(n for n, (_, f) in enumerate(entries) if f["e"] == "resumed")
+    moved = entries[:resumed] + entries[resumed + 1 : -1] + [entries[resumed], entries[-1]]
+    verdict = check_all(Evidence(evidence.ledger, moved, evidence.live))
+    assert verdict.failures == [Failure.PAUSED_LEASED]
+    assert verdict.exit_code == EXIT_CODES[Failure.PAUSED_LEASED] == 19
+    # Never resumed: paused to the end of the stream.
+    cut = [e for e in moved if e[1]["e"] != "resumed"]
+    assert _failures(Evidence(evidence.ledger, cut, evidence.live)) == [Failure.PAUSED_LEASED]
+
+
 def test_a_run_after_a_cancel_that_removed_the_job(store: Store, fake_clock: FakeClock) -> None:
     job = _add(store, "a")
     assert store.cancel(T, "a") == "removed"

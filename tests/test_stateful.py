@@ -2,9 +2,10 @@
 
 A Hypothesis RuleBasedStateMachine applies each rule to Redis and to actors.model.Model with one
 FakeClock. Rules: add, add_many, change_of_plan (cancel or replace), advance the clock, carry,
-lease, consumer (ack, fail with or without a retry override, extend, release, or crash: forget the
-lease without a word), work (lease one job and act on it at once), late_consumer (a consumer whose
-lease was lost acts anyway), sweep (Store.expire) and dead_letter (requeue or purge). Each rule
+lease, pause (pause or resume a topic: no lease takes from a paused one), consumer (ack, fail
+with or without a retry override, extend, release, or crash: forget the lease without a word),
+work (lease one job and act on it at once), late_consumer (a consumer whose lease was lost acts
+anyway), sweep (Store.expire) and dead_letter (requeue or purge). Each rule
 checks the audit entries its call wrote. After every step: Redis and the model agree on every job
 (state, due time, attempts failed, token, deadline, cancel mark), no job is ready or leased before
 its due time, every job sits in exactly one structure and the stats counters match, and the audit
@@ -51,6 +52,7 @@ from hypothesis.stateful import (
 from actors import _constants as c
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
+from actors.lifecycle import TOPIC_EVENTS
 from actors.model import Model, State
 from actors.replay import Replay, compare, fold
 from actors.server.embedded import RedisProcess, server_version
@@ -314,16 +316,27 @@ class LifecycleMachine(RuleBasedStateMachine):
         for entry in self.expect([("ready", key) for key in expected]):
             assert int(entry["due"]) <= self.now()
 
+    @rule(topic=st.sampled_from(TOPICS), paused=st.booleans())
+    def pause(self, topic: str, paused: bool) -> None:
+        """Pauses or resumes a topic: a topic event when it changes, and leases stop or go."""
+        self.begin()
+        changed = self.store.pause(topic, paused)
+        assert changed == self.model.pause(topic, paused)
+        event = "paused" if paused else "resumed"
+        self.expect([(event, (topic, ""))] if changed else [])
+
     @rule(topic=st.sampled_from(TOPICS), limit=st.integers(1, 3))
     def lease(self, topic: str, limit: int) -> None:
         self.begin()
         self.do_lease(topic, limit)
 
     def do_lease(self, topic: str, limit: int) -> list[Lease]:
-        leases = self.store.lease(topic, limit, "c1")
+        batch = self.store.lease_batch(topic, limit, "c1")
+        leases = batch.leases
         taken = self.model.lease(topic, self.now(), limit, [lease.token for lease in leases])
         assert [lease.key for lease in leases] == taken
-        if len(leases) < limit:
+        assert batch.paused == (topic in self.model.paused)
+        if len(leases) < limit and not batch.paused:
             assert not self.model.ready.get(topic)  # Redis left nothing the model would take
         entries = self.expect([("leased", lease.key) for lease in leases])
         for lease, entry in zip(leases, entries, strict=True):
@@ -503,6 +516,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 split_member(_s(m)) for m in self.client.lrange(self.store.keys.ready(topic), 0, -1)
             ]
             assert ready == list(self.model.ready.get(topic, ()))
+        assert self.store.paused_topics() == self.model.paused
         assert self.replay.anomalies == []
         assert compare(self.replay, snapshot) == []
         self.clean = True
@@ -518,6 +532,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.client.close()
 
     def drain(self) -> None:
+        for topic in TOPICS:
+            self.pause(topic, False)
         for _ in range(50):
             for key in sorted(self.held):
                 self.do_ack(key, self.held.pop(key))
@@ -546,7 +562,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert compare(replay, self.store.snapshot()) == []
         per_job: dict[Key, list[dict[str, str]]] = defaultdict(list)
         for _, fields in entries:
-            per_job[(fields["t"], fields["i"])].append(fields)
+            if fields["e"] not in TOPIC_EVENTS:  # pause, resume: of no job
+                per_job[(fields["t"], fields["i"])].append(fields)
         for key, events in per_job.items():
             leases = 0
             lease_open = False

@@ -27,6 +27,7 @@ from actors.cli import listing as _cli_listing
 from actors.cli import metrics as _cli_metrics
 from actors.cli import schedules as _cli_schedules
 from actors.cli import simulate as _cli_simulate
+from actors.cli import topics as _cli_topics
 from actors.cli import workers as _cli_workers
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
@@ -45,7 +46,7 @@ def reference_path() -> Path:
 def epilog() -> str:
     return f"""exit codes: 0 ok, 1 not found or drift, 2 usage or bad input,
 3 no Redis, 4 job exists, 5 busy (verify), 6 worker failed, 7 Redis refused, 130 interrupted;
-simulate: 10-18 or 20, the first failed check.
+simulate: 10-20, the first failed check.
 Full reference (options, JSON shapes, exit codes): {reference_path()}"""
 
 
@@ -199,6 +200,7 @@ def build_parser(json_output: bool = False) -> Parser:
     _cli_workers.add_parsers(sub, common)
     _cli_dashboard.add_parsers(sub, common)
     _cli_schedules.add_parsers(sub, common)
+    _cli_topics.add_parsers(sub, common)
     return parser
 
 

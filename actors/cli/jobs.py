@@ -51,8 +51,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--retry", help="this job's retry delays, e.g. 15s,3m,10m (default: topic's)")
     p.add_argument("--lease", help="this job's lease, e.g. 30s (default: topic's)")
     p.add_argument("--callback", metavar="URL", help="http(s) URL to POST the body to when due")
-    p.add_argument(
+    exists = p.add_mutually_exclusive_group()
+    exists.add_argument(
         "--replace", action="store_true", help="reschedule the job if it exists (else: exit 4)"
+    )
+    exists.add_argument(
+        "--if-exists",
+        choices=("error", "keep", "replace"),
+        help="when the job exists: error (exit 4, the default), keep it as it is, or replace it",
     )
     p.set_defaults(run=run_add)
 
@@ -110,12 +116,14 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
         callback=args.callback,
     )
     try:
-        before = store.add(job, replace=args.replace)
+        mode = validation.if_exists(args.if_exists, args.replace)
+        before = store.add(job, if_exists=mode)
     except JobExistsError:
         raise CliError(
             Exit.EXISTS,
             "exists",
-            f"job {job.topic}/{job.id} already exists; pass --replace to reschedule it",
+            f"job {job.topic}/{job.id} already exists; pass --replace to reschedule it "
+            "or --if-exists keep to leave it",
         ) from None
     info = store.get(job.topic, job.id)
     state = info.state if info is not None else "gone"
@@ -126,11 +134,14 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
                 "id": job.id,
                 "state": state,
                 "due_ms": job.due_ms,
-                "replaced": before if before != State.NEW else None,
+                "replaced": before if before != State.NEW and mode == "replace" else None,
+                "kept": mode == "keep" and before != State.NEW,
             }
         )
     else:
         verb = "added" if before == State.NEW else f"replaced ({before} before)"
+        if mode == "keep" and before != State.NEW:
+            verb = "kept (it existed)"
         print(
             f"{verb} {job.topic}/{job.id}: {state}, due {format_time_ms(job.due_ms)} "
             f"({format_relative_ms(job.due_ms, now_ms)})"
@@ -177,7 +188,7 @@ def run_get(ctx: Context, args: argparse.Namespace) -> int:
 
 def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
-    counts = store.stats()
+    counts = store.stats(with_paused=True)
     totals = {state: sum(row.get(state, 0) for row in counts.values()) for state in STATES}
     next_due_ms = store.earliest_due_ms()
     audit_entries = store.audit_length()
@@ -203,9 +214,12 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
             }
         )
         return Exit.OK
-    rows = [[topic, *(row.get(s, 0) for s in STATES)] for topic, row in sorted(counts.items())]
-    rows.append(["(total)", *(totals[s] for s in STATES)])
-    print(table(["topic", *STATES], rows))
+    rows = [
+        [topic, *(row.get(s, 0) for s in STATES), "paused" if row.get("paused") else ""]
+        for topic, row in sorted(counts.items())
+    ]
+    rows.append(["(total)", *(totals[s] for s in STATES), ""])
+    print(table(["topic", *STATES, ""], rows))
     now_ms = store.clock.now_ms()
     due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
     print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")

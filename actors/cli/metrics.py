@@ -33,7 +33,7 @@ def run_metrics(ctx: Context, args: argparse.Namespace) -> int:
     # Read before printing, so that a Redis error ends the command like any other (exit 3 or 7)
     # instead of a document that says redelay_redis_up 0.
     store = ctx.store()
-    counts = store.stats()
+    counts = store.stats(with_paused=True)
     memory = store.memory()
     registry = metrics.redis_registry(lambda: counts, lambda: memory)
     if ctx.json:

@@ -10,6 +10,10 @@ as soon as it asks for one (see ``ShardNotifier.await_ready``). A timer every ``
 is the backstop for a notice lost anyway (pub/sub keeps nothing for a subscriber that is away; the
 notifier also tells waiting listeners to look when it subscribes again).
 
+A topic's gate (pause, limits; see lua/_gate.lua) answers in the lease reply: a paused topic
+waits for the notice its resume publishes, a limited one looks again when the reply says the
+limit lets the next job go. Neither spins.
+
 The listener never waits on Redis inside its own thread, so it answers Stats and StopFetching at
 once, and shutdown needs nothing but messages.
 """
@@ -62,6 +66,8 @@ class TopicListener(RedelayActor):
         self.leased = 0
         self.leases = 0  # lease round trips
         self.waits = 0  # times it found nothing and waited for a notice
+        self.paused_waits = 0  # times the topic was paused
+        self.gated_waits = 0  # times the topic's limits held jobs back
         self.notifier = notifier
         self.backstop: Timer | None = None
 
@@ -98,6 +104,8 @@ class TopicListener(RedelayActor):
                 "leased": self.leased,
                 "leases": self.leases,
                 "waits": self.waits,
+                "paused_waits": self.paused_waits,
+                "gated_waits": self.gated_waits,
                 "free_slots": self.free_slots,
                 "failures": self.backoff.failures,
             }
@@ -113,7 +121,7 @@ class TopicListener(RedelayActor):
             return  # a dead pool means the watchdog is replacing this unit
         mark = self.notifier.ready_mark(self.topic)  # before the lease: see await_ready
         try:
-            leases = self.store.lease(
+            batch = self.store.lease_batch(
                 self.topic, min(self.free_slots, self.batch_max), self.consumer
             )
             self.leases += 1
@@ -123,17 +131,28 @@ class TopicListener(RedelayActor):
             self.fetch_pending = True
             return
         self.backoff.redis_ok()
-        if not leases:
+        leases = batch.leases
+        if leases:
+            self.free_slots -= len(leases)
+            self.leased += len(leases)
+            try:
+                self.pool.tell(Run(tuple(leases)))
+            except pykka.ActorDeadError:
+                self._give_back(leases)
+                return
+        if batch.paused:
+            self.paused_waits += 1
+            self._await_notice(mark)  # the resume publishes the topic on the ready channel
+        elif batch.wait_ms:
+            # The topic's limits held jobs back: look again when they let one go, not before
+            # (a ReadyNotice or SlotsFreed meanwhile finds the Fetch already pending).
+            self.gated_waits += 1
+            self.fetch_pending = True
+            self.tell_later(batch.wait_ms, Fetch())
+        elif leases:
+            self._request_fetch()
+        else:
             self._await_notice(mark)
-            return
-        self.free_slots -= len(leases)
-        self.leased += len(leases)
-        try:
-            self.pool.tell(Run(tuple(leases)))
-        except pykka.ActorDeadError:
-            self._give_back(leases)
-            return
-        self._request_fetch()
 
     def _give_back(self, leases: list[Lease]) -> None:
         """The pool died between the lease and the Run: release the jobs, no attempt counted."""

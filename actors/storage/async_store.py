@@ -150,9 +150,12 @@ class AsyncStore(ShardPlan):
         return calls.inspected(topic, job_id, reply)
 
     async def stats(self) -> dict[str, dict[str, int]]:
+        """Jobs per topic and state, and ``paused`` per topic, as ``DelayQueue.stats``."""
         topics = await asyncio.gather(*(self.client.hkeys(k.topics) for k in self.shard_keys))
         counts = await asyncio.gather(*(self.client.hgetall(k.counts) for k in self.shard_keys))
-        return self._stats([t for shard in topics for t in shard], counts)
+        gates = await asyncio.gather(*(self.client.hkeys(k.gates) for k in self.shard_keys))
+        found = self._stats([t for shard in topics for t in shard], counts)
+        return self._with_paused(found, self._paused([f for shard in gates for f in shard]))
 
     async def jobs(
         self, topic: str, state: State | str, *, after: str | None = None, limit: int = 100

@@ -18,7 +18,7 @@ from actors.errors import ErrorCode
 from actors.lifecycle import State
 from actors.storage import codec
 from actors.storage.keys import ShardKeys, member, split_member
-from actors.values import JobInfo, Lease, NewJob
+from actors.values import JobInfo, Lease, LeaseBatch, NewJob
 
 CancelOutcome = Literal["missing", "removed", "requested"]
 _CANCEL_OUTCOMES: tuple[CancelOutcome, ...] = ("missing", "removed", "requested")
@@ -103,9 +103,15 @@ def lease(keys: ShardKeys, at: CallTime, topic: str, limit: int, consumer: str) 
     k = keys
     return ScriptCall(
         "lease",
-        [k.ready(topic), k.jobs, k.leased, k.tokens, k.topics, k.counts, k.seq, k.audit],
+        [k.ready(topic), k.jobs, k.leased, k.tokens, k.topics, k.counts, k.seq, k.audit, k.gates],
         [*at.common(k), topic, limit, consumer],
     )
+
+
+def pause(keys: ShardKeys, at: CallTime, topic: str, paused: bool) -> ScriptCall:
+    """Pauses (``paused``) or resumes ``topic`` in one shard."""
+    k = keys
+    return ScriptCall("pause", [k.gates, k.audit], [*at.common(k), topic, 1 if paused else 0])
 
 
 def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> ScriptCall:
@@ -230,7 +236,14 @@ def count_and_next(reply: Any) -> tuple[int, int | None]:
     return int(count), (None if int(next_ms) < 0 else int(next_ms))
 
 
+def lease_batch(topic: str, reply: Any) -> LeaseBatch:
+    """lease: the wait the gate asks for (-1 paused: None), then the leased jobs."""
+    wait_ms = int(reply[0])
+    return LeaseBatch(leases(topic, reply[1:]), None if wait_ms < 0 else wait_ms)
+
+
 def leases(topic: str, reply: Any) -> list[Lease]:
+    """The leased jobs of a lease reply, after its wait."""
     found = []
     for j in range(0, len(reply), 4):
         record = codec.unpack(reply[j + 3])
@@ -250,6 +263,11 @@ def leases(topic: str, reply: Any) -> list[Lease]:
             )
         )
     return found
+
+
+def changed(reply: Any) -> bool:
+    """pause: whether the topic's state changed."""
+    return bool(int(reply))
 
 
 def error_codes(reply: Any) -> list[ErrorCode]:

@@ -63,6 +63,10 @@ class ShardKeys:
         return self.prefix + c.SCHEDULES_KEY
 
     @property
+    def gates(self) -> str:
+        return self.prefix + c.GATES_KEY
+
+    @property
     def wake_channel(self) -> str:
         return self.prefix + c.WAKE_CHANNEL
 

@@ -115,10 +115,8 @@ class ShardPlan:
 
     # -- add --------------------------------------------------------------------------------
 
-    def _add_calls(
-        self, jobs: Sequence[NewJob], *, replace: bool
-    ) -> tuple[dict[int, list[int]], dict[int, ScriptCall]]:
-        """Checks a batch and builds its calls: (job indexes per shard, the call per shard)."""
+    def _check_batch(self, jobs: Sequence[NewJob]) -> None:
+        """A batch within the size limit that names each (topic, id) once."""
         self._batch_limit(jobs, "jobs")
         seen: set[tuple[str, str]] = set()
         for job in jobs:
@@ -130,6 +128,12 @@ class ShardPlan:
                     "each (topic, id) once per call",
                 )
             seen.add(key)
+
+    def _add_calls(
+        self, jobs: Sequence[NewJob], *, replace: bool
+    ) -> tuple[dict[int, list[int]], dict[int, ScriptCall]]:
+        """Checks a batch and builds its calls: (job indexes per shard, the call per shard)."""
+        self._check_batch(jobs)
         blobs = {topic: self._topic_config_blob(topic) for topic in {j.topic for j in jobs}}
         groups = self._group([(j.topic, j.id) for j in jobs])
         at = self._now()
@@ -216,6 +220,27 @@ class ShardPlan:
         return listing.zset_page(topic, listed, list(pages.values()), limit)
 
     # -- stats ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _paused(gate_fields: Sequence[Any]) -> set[str]:
+        """The topics paused in some shard, from every shard's gate field names."""
+        found: set[str] = set()
+        for raw in gate_fields:
+            topic, _, what = decoded(raw).rpartition("|")
+            if what == "paused":
+                found.add(topic)
+        return found
+
+    @staticmethod
+    def _with_paused(
+        counts: dict[str, dict[str, int]], paused: set[str]
+    ) -> dict[str, dict[str, int]]:
+        """``counts`` with ``paused`` (1 or 0) per topic; a paused topic without jobs is listed."""
+        for topic in paused:
+            counts.setdefault(topic, dict.fromkeys(_STATES, 0))
+        for topic, row in counts.items():
+            row["paused"] = int(topic in paused)
+        return counts
 
     @staticmethod
     def _stats(

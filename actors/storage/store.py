@@ -40,20 +40,23 @@ from redis.exceptions import RedisClusterException
 from actors import _constants as c
 from actors import _validation as validation
 from actors import schedules as _schedules
+from actors._validation import IfExists
 from actors.clock import Clock
 from actors.errors import (
     ConfigError,
     ErrorCode,
+    JobExistsError,
+    PartialAddError,
     RedisFullError,
 )
 from actors.lifecycle import State
 from actors.producing import build_job
 from actors.schedules import ScheduleInfo, ScheduleSpec
-from actors.storage import calls, heartbeats, reads
+from actors.storage import calls, gates, heartbeats, reads
 from actors.storage import codec as _record
 from actors.storage import schedules as schedule_calls
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
-from actors.storage.keys import ShardKeys, schedule_shard
+from actors.storage.keys import ShardKeys, member, schedule_shard
 from actors.storage.namespace_config import (
     ensure_retention,
     ensure_shards,
@@ -69,13 +72,19 @@ from actors.values import (
     JobInfo,
     JobPage,
     Lease,
+    LeaseBatch,
     NewJob,
     Snapshot,
     TopicConfig,
+    TopicLimits,
     WorkerInfo,
 )
 
 log = logging.getLogger("actors.store")
+
+# add_many(if_exists="keep"): rounds of add-then-look-up before a job that keeps appearing and
+# ending in between is reported as existing.
+_KEEP_ROUNDS = 10
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -220,19 +229,76 @@ class Store(ShardPlan):
         retry_ms, lease_ms = _record.unpack_topic_config(bytes(blob))  # type: ignore[arg-type]
         return TopicConfig(retry_ms, lease_ms)
 
+    # -- topic gates: pause and limits --------------------------------------------------------
+
+    @_cluster_errors
+    def pause(self, topic: str, paused: bool = True) -> bool:
+        """Pauses (or resumes) ``topic`` in every shard: no lease hands out its jobs until it is
+        resumed; due jobs still become ready. Each shard that changes writes a ``paused``
+        (``resumed``) topic event. True when some shard changed."""
+        validation.topic(topic)
+        at = self._now()
+        replies = self._run(
+            {s: calls.pause(k, at, topic, paused) for s, k in enumerate(self.shard_keys)}
+        )
+        return any(calls.changed(reply) for reply in replies.values())
+
+    @_cluster_errors
+    def paused_topics(self) -> set[str]:
+        """The topics paused in some shard."""
+        return self._paused([f for keys in self.shard_keys for f in self.client.hkeys(keys.gates)])
+
+    @_cluster_errors
+    def set_limits(self, topic: str, limits: TopicLimits) -> None:
+        """Stores ``topic``'s limits for every process (an empty TopicLimits lifts them).
+
+        Each shard's lease script enforces its share: the rate divided evenly, max_in_flight
+        split with at least one per shard (exact with one shard; see docs/concepts.md)."""
+        validation.topic(topic)
+        rate = None if limits.rate is None else gates.rate_arg(limits.rate)
+        flight = (
+            None
+            if limits.max_in_flight is None
+            else validation.count(limits.max_in_flight, "max_in_flight", c.IN_FLIGHT_MAX)
+        )
+        pipe = self.client.pipeline(transaction=False)
+        for s, keys in enumerate(self.shard_keys):
+            fields = gates.shard_fields(topic, rate, flight, s, self.shard_count)
+            # A new rate starts from a clean slate: the old arrival time was for another interval.
+            pipe.hdel(keys.gates, *(f"{topic}|{name}" for name in gates.LIMIT_FIELDS))
+            for name, value in fields.items():
+                pipe.hset(keys.gates, name, value)
+        pipe.execute()
+
+    @_cluster_errors
+    def limits(self, topic: str) -> TopicLimits:
+        """``topic``'s stored limits (read from the first shard; every shard holds them)."""
+        validation.topic(topic)
+        raw = self.client.hget(self.keys.gates, f"{topic}|limits")
+        return gates.parse_limits(None if raw is None else decoded(raw))
+
     # -- transitions ------------------------------------------------------------------------
 
     @_cluster_errors
-    def add_many(self, jobs: Sequence[NewJob], *, replace: bool = False) -> list[str]:
+    def add_many(
+        self, jobs: Sequence[NewJob], *, replace: bool = False, if_exists: IfExists | None = None
+    ) -> list[str]:
         """Adds jobs, one script call per shard in one round trip; all or nothing per shard.
 
-        Without ``replace`` an existing (topic, id) raises JobExistsError (PartialAddError when
-        other shards added theirs). With it, returns per job the state it had before ("new"
-        when it did not exist). With durability set, returns once the replicas acknowledged,
-        or raises NotReplicatedError (the jobs are on the master).
+        ``if_exists`` says what an existing (topic, id) does: "error" (the default) raises
+        JobExistsError (PartialAddError when other shards added theirs); "replace" (or
+        ``replace=True``) reschedules it; "keep" leaves it as it is and adds the others. Returns
+        per job "new" when it did not exist, else the state it had (replace) or has (keep).
+        With durability set, returns once the replicas acknowledged, or raises
+        NotReplicatedError (the jobs are on the master).
         """
+        mode = validation.if_exists(if_exists, replace)
         if not jobs:
             return []
+        if mode == "keep":
+            self._check_batch(jobs)
+            return self._add_keeping(jobs)
+        replace = mode == "replace"
         groups, shard_calls = self._add_calls(jobs, replace=replace)
         acked: int | None = None
         try:
@@ -249,8 +315,66 @@ class Store(ShardPlan):
             raise
         return self._add_results(jobs, groups, replies, replace=replace, acked=acked)
 
-    def add(self, job: NewJob, *, replace: bool = False) -> str:
-        return self.add_many([job], replace=replace)[0]
+    def add(self, job: NewJob, *, replace: bool = False, if_exists: IfExists | None = None) -> str:
+        return self.add_many([job], replace=replace, if_exists=if_exists)[0]
+
+    def _add_keeping(self, jobs: Sequence[NewJob]) -> list[str]:
+        """add_many with ``if_exists="keep"``: adds the jobs that do not exist and leaves the
+        others untouched; per job "new", or the state the existing job is in.
+
+        The add script refuses a shard's batch when some of its jobs exist and names them; they
+        are looked up and the rest is added again. A job that ends between the two is added on
+        the next round, so a few rounds always settle it.
+        """
+        results: list[str | None] = [None] * len(jobs)
+        todo = list(range(len(jobs)))
+        for _ in range(_KEEP_ROUNDS):
+            batch = [jobs[n] for n in todo]
+            try:
+                self.add_many(batch)
+                existing: list[tuple[str, str]] = []
+            except PartialAddError as exc:
+                existing = exc.jobs
+            except JobExistsError as exc:
+                existing = exc.jobs
+            found = self._states_of(existing)
+            refused = {(t, i) for t, i in existing}
+            left = []
+            for n in todo:
+                key = (jobs[n].topic, jobs[n].id)
+                if key in found:
+                    results[n] = found[key]
+                elif key in refused or self._refused_shard(jobs[n], refused):
+                    left.append(n)  # its shard added nothing, or it ended meanwhile
+                else:
+                    results[n] = State.NEW
+            todo = left
+            if not todo:
+                return [str(r) for r in results]
+        raise JobExistsError([(jobs[n].topic, jobs[n].id) for n in todo])
+
+    def _refused_shard(self, job: NewJob, refused: set[tuple[str, str]]) -> bool:
+        """Whether ``job``'s shard refused its batch (it holds one of the ``refused`` jobs)."""
+        shard = self._shard_of(job.topic, job.id)
+        return any(self._shard_of(t, i) == shard for t, i in refused)
+
+    def _states_of(self, jobs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The state of each of ``jobs`` that exists, in one round trip."""
+        if not jobs:
+            return {}
+        at = self._now()
+        replies = self._batch.run(
+            [
+                calls.inspect(self.shard_keys[self._shard_of(t, i)], at, member(t, i))
+                for t, i in jobs
+            ]
+        )
+        found = {}
+        for (t, i), reply in zip(jobs, replies, strict=True):
+            info = calls.inspected(t, i, reply)
+            if info is not None:
+                found[(t, i)] = str(info.state)
+        return found
 
     @_cluster_errors
     def carry(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
@@ -300,24 +424,30 @@ class Store(ShardPlan):
                 next_at = next_ms
         return moved, next_at
 
-    @_cluster_errors
     def lease(self, topic: str, limit: int, consumer: str = "") -> list[Lease]:
-        """Leases up to ``limit`` ready jobs of ``topic``, oldest first per shard.
+        """Leases up to ``limit`` ready jobs of ``topic``: ``lease_batch`` without the wait."""
+        return self.lease_batch(topic, limit, consumer).leases
+
+    @_cluster_errors
+    def lease_batch(self, topic: str, limit: int, consumer: str = "") -> LeaseBatch:
+        """Leases up to ``limit`` ready jobs of ``topic``, oldest first per shard, as far as the
+        topic's gate (pause, rate, max_in_flight) lets them go; with the wait it asks for.
 
         One round trip with one shard. With more, two: the ready lists' lengths, then one lease
         call per non-empty shard, each asking for no more than its list held, so together they
         never exceed ``limit``. The shard served first moves on by one each call. When some
         shards fail, the jobs leased from the others are still returned (dropping them would
-        strand them until their leases expire).
+        strand them until their leases expire). The wait: None when every shard called is
+        paused, else the shortest a gated shard asked for (0: none was).
         """
         validation.topic(topic)
         validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
         if len(self.shard_keys) == 1:
             reply = self._batch.run([calls.lease(self.keys, self._now(), topic, limit, consumer)])
-            return calls.leases(topic, reply[0])
+            return calls.lease_batch(topic, reply[0])
         wanted = self._lease_shares(topic, limit)
         if not wanted:
-            return []
+            return LeaseBatch([])
         at = self._now()
         shard_calls = [
             calls.lease(self.shard_keys[s], at, topic, n, consumer) for s, n in wanted.items()
@@ -325,11 +455,14 @@ class Store(ShardPlan):
         replies = self._batch.run(shard_calls, raise_errors=len(shard_calls) <= 1)
         found: list[Lease] = []
         errors: list[Exception] = []
+        waits: list[int | None] = []
         for reply in replies:  # rotation order
             if isinstance(reply, Exception):
                 errors.append(reply)
             else:
-                found += calls.leases(topic, reply)
+                batch = calls.lease_batch(topic, reply)
+                found += batch.leases
+                waits.append(batch.wait_ms)
         if errors and not found:
             raise errors[0]
         if errors:
@@ -339,7 +472,7 @@ class Store(ShardPlan):
                 len(errors),
                 errors[0],
             )
-        return found
+        return LeaseBatch(found, _shortest_wait(waits))
 
     def _lease_shares(self, topic: str, limit: int) -> dict[int, int]:
         """How many to lease from each non-empty shard, in this call's rotation order."""
@@ -580,12 +713,14 @@ class Store(ShardPlan):
         return sorted({decoded(t) for k in self.shard_keys for t in self.client.hkeys(k.topics)})
 
     @_cluster_errors
-    def stats(self) -> dict[str, dict[str, int]]:
-        """Jobs per topic and state, from the counters the scripts keep (O(topics))."""
-        return self._stats(
+    def stats(self, *, with_paused: bool = False) -> dict[str, dict[str, int]]:
+        """Jobs per topic and state, from the counters the scripts keep (O(topics)); with
+        ``with_paused``, also ``paused`` (1 or 0) per topic."""
+        counts = self._stats(
             [t for k in self.shard_keys for t in self.client.hkeys(k.topics)],
             [self.client.hgetall(k.counts) for k in self.shard_keys],
         )
+        return self._with_paused(counts, self.paused_topics()) if with_paused else counts
 
     @_cluster_errors
     def dead(self, topic: str | None = None, limit: int = 100) -> list[JobInfo]:
@@ -737,6 +872,14 @@ class Store(ShardPlan):
         """One shard's audit entries from ``start`` to ``end`` (entry ids, inclusive), oldest
         first, read ``chunk`` at a time."""
         return reads.iter_shard_audit(self.client, self.shard_keys[shard], end, chunk, start=start)
+
+
+def _shortest_wait(waits: Sequence[int | None]) -> int | None:
+    """The wait of several shards' lease replies: paused only when all were, else the shortest
+    a gated shard asked for."""
+    if waits and all(wait is None for wait in waits):
+        return None
+    return min((wait for wait in waits if wait), default=0)
 
 
 def open_store(

@@ -1,24 +1,40 @@
 -- lease: hands up to `limit` ready jobs of one topic to a consumer, oldest first.
 -- KEYS[1] ready list of the topic  KEYS[2] jobs  KEYS[3] leased (ZSET member -> lease deadline ms)
 -- KEYS[4] tokens (HASH member -> lease token)  KEYS[5] topics  KEYS[6] counts  KEYS[7] seq (STRING)
--- KEYS[8] audit
+-- KEYS[8] audit  KEYS[9] gates (HASH: the topic's pause flag and limits, see _gate.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] topic   ARGV[6] limit   ARGV[7] consumer name
--- Returns: a flat list, per leased job: member, token, deadline_ms, record (msgpack).
+-- Returns: a flat list: first the wait, 0 when no gate held jobs back, -1 when the topic is
+-- paused (wait for its resume notice), else the ms until its limits let another job go; then per
+-- leased job: member, token, deadline_ms, record (msgpack).
 -- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else DEFAULT_LEASE_MS).
 -- Tokens are "<now_ms>-<seq>", unique even if the counter is lost with the data.
 -- Events: leased {tok, dl, by}.
 -- Publishes: on <prefix>ready, the topic when jobs are left behind (this consumer was full; another
--- may have room).
+-- may have room), never when the topic's gate held them back (every consumer would be refused).
+-- The gate: a paused topic leases nothing; its rate and in-flight limits (same for every process
+-- of the namespace) cut `limit` down, measured with the server's TIME (see _gate.lua).
 -- @include _lib.lua
+-- @include _gate.lua
 -- @constant DEFAULT_LEASE_MS
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
-           counts = KEYS[6], seq = KEYS[7], audit = KEYS[8]}
+           counts = KEYS[6], seq = KEYS[7], audit = KEYS[8], gates = KEYS[9]}
 local topic, limit, consumer = ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local result = {}
+local result = {0}
 if limit < 1 then return result end
-local members = rcall('LPOP', k.ready, limit)
+local gate = open_gate(k.gates, k.counts, topic, limit)
+if gate.allowed < 1 then
+  result[1] = gate_wait_ms(gate, 0)
+  return result
+end
+local members = rcall('LPOP', k.ready, gate.allowed)
 if not members then return result end
-if #members == limit and rcall('LLEN', k.ready) > 0 then ready_notice(topic) end
+if #members == gate.allowed and gate.allowed < limit then
+  -- Held back by the gate: the caller waits, and no other consumer is woken to be refused too.
+  result[1] = gate_wait_ms(gate, #members)
+elseif #members == limit and rcall('LLEN', k.ready) > 0 then
+  ready_notice(topic)
+end
+gate_passed(k.gates, topic, gate, #members)
 local last_seq = rcall('INCRBY', k.seq, #members)
 local topic_lease_ms = topic_config(k.topics, topic)['l'] or DEFAULT_LEASE_MS
 local leased = 0

@@ -844,7 +844,9 @@ def test_worker_json_is_one_line_per_event_and_the_last_one_carries_the_error(
 ) -> None:
     worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "0.2", "--json")
     try:
-        cli("add", "mail.send", "slow", "--body", '{"sleep": 5}')
+        # Long enough that a loaded machine, starting a fresh interpreter per `get`, still finds
+        # it leased; the worker does not wait for it (grace 0.2 s).
+        cli("add", "mail.send", "slow", "--body", '{"sleep": 60}')
         wait_for(
             lambda: cli.json("get", "mail.send", "slow")["state"] == "leased",
             "the slow job to be leased",

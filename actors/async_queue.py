@@ -21,9 +21,12 @@ from typing import Any
 from actors import _constants as c
 from actors import _validation as validation
 from actors import producing
+from actors import schedules as _schedules
+from actors._validation import IfExists
 from actors.clock import Clock
 from actors.lifecycle import State
 from actors.producing import AuditEvent
+from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.async_store import AsyncStore, ServerClock, open_async_store
 from actors.storage.async_topology import AsyncClient, check_source, connect
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, TopicConfig
@@ -110,9 +113,12 @@ class AsyncDelayQueue:
         lease: float | timedelta | None = None,
         callback: str | None = None,
         replace: bool = False,
+        if_exists: IfExists | None = None,
     ) -> str:
-        """As :meth:`DelayQueue.add`: the state the job had before ("new" when it did not
-        exist); JobExistsError for an existing (topic, id) unless ``replace``."""
+        """As :meth:`DelayQueue.add`: "new" when the job did not exist, else the state it had
+        (replace) or has (keep); JobExistsError for an existing (topic, id) when ``if_exists``
+        is "error" (the default)."""
+        mode = validation.if_exists(if_exists, replace)
         store = await self.store()
         job = producing.new_job(
             store.clock.now_ms(),
@@ -125,17 +131,60 @@ class AsyncDelayQueue:
             lease=lease,
             callback=callback,
         )
-        return await store.add(job, replace=replace)
+        return await store.add(job, if_exists=mode)
 
     async def add_many(
-        self, jobs: Iterable[Mapping[str, Any]], *, replace: bool = False
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        replace: bool = False,
+        if_exists: IfExists | None = None,
     ) -> list[str]:
-        """As :meth:`DelayQueue.add_many`: one round trip, all or nothing."""
+        """As :meth:`DelayQueue.add_many`: one round trip, all or nothing (per shard; with
+        ``if_exists="keep"`` the existing ones are left and the others added)."""
+        mode = validation.if_exists(if_exists, replace)
         store = await self.store()
-        return await store.add_many(producing.new_jobs(store.clock.now_ms(), jobs), replace=replace)
+        return await store.add_many(producing.new_jobs(store.clock.now_ms(), jobs), if_exists=mode)
 
-    # schedule(), unschedule() and schedules() (issue 14 part 1) belong here, each built on the
-    # same pure planning as its DelayQueue twin and sent through AsyncStore.
+    # -- recurring schedules (docs/schedules.md) ---------------------------------------------
+
+    async def schedule(
+        self,
+        name: str,
+        topic: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        body: Any = None,
+        start_at: datetime | float | None = None,
+        misfire: Misfire = "run_once",
+    ) -> str:
+        """As :meth:`DelayQueue.schedule`: "created", "updated" or "unchanged". The spec is
+        checked before anything connects."""
+        start_ms = None
+        if start_at is not None:
+            start_ms = round(producing.epoch_s(start_at, "start_at") * 1000)
+        spec = _schedules.spec(
+            name,
+            topic,
+            cron=cron,
+            every=every,
+            tz=tz,
+            body=body,
+            start_at_ms=start_ms,
+            misfire_policy=misfire,
+        )
+        return (await (await self.store()).schedule(spec))[0]
+
+    async def unschedule(self, name: str) -> bool:
+        """As :meth:`DelayQueue.unschedule`: True when the schedule existed."""
+        _schedules.name(name)  # a bad name raises before anything connects
+        return await (await self.store()).unschedule(name)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """As :meth:`DelayQueue.schedules`: every schedule of the namespace, by name."""
+        return await (await self.store()).schedules()
 
     async def cancel(self, topic: str, job_id: str) -> bool:
         """True when the job existed. A leased job is marked: its current run ends it."""

@@ -1,4 +1,5 @@
-"""The producer's operations on ``redis.asyncio``: add, cancel, get, jobs, stats, a job's events.
+"""The producer's operations on ``redis.asyncio``: add, cancel, get, jobs, stats, a job's events,
+schedule, unschedule and schedules.
 
 :class:`AsyncStore` inherits :class:`actors.storage.plan.ShardPlan` with :class:`Store`, so the
 calls it sends (built by actors/storage/calls.py) and what it makes of the replies are the sync
@@ -21,10 +22,13 @@ from redis.exceptions import RedisError, ResponseError
 
 from actors import _constants as c
 from actors import _validation as validation
+from actors._validation import IfExists
 from actors.clock import SYNC_SAMPLES, SystemClock, TimeSample, best_offset
-from actors.errors import ConfigError, RedisFullError
+from actors.errors import ConfigError, JobExistsError, PartialAddError, RedisFullError
 from actors.lifecycle import State
+from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls
+from actors.storage import schedules as schedule_calls
 from actors.storage.async_batch import AsyncScriptBatch
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import CancelOutcome, ScriptCall
@@ -39,7 +43,7 @@ from actors.storage.namespace_config import (
     shards_arg,
     unrecorded_jobs_error,
 )
-from actors.storage.plan import ShardPlan
+from actors.storage.plan import KEEP_ROUNDS, ShardPlan
 from actors.storage.reads import Entry, decode_entries
 from actors.storage.script_batch import WaitFor
 from actors.storage.scripts import refused_for_memory
@@ -116,10 +120,18 @@ class AsyncStore(ShardPlan):
         replies, _ = await self._batch.run(list(shard_calls.values()))
         return dict(zip(shard_calls, replies, strict=True))
 
-    async def add_many(self, jobs: Sequence[NewJob], *, replace: bool = False) -> list[str]:
-        """As :meth:`Store.add_many`: one call per shard, all or nothing per shard."""
+    async def add_many(
+        self, jobs: Sequence[NewJob], *, replace: bool = False, if_exists: IfExists | None = None
+    ) -> list[str]:
+        """As :meth:`Store.add_many`: one call per shard, all or nothing per shard, and the
+        same ``if_exists``."""
+        mode = validation.if_exists(if_exists, replace)
         if not jobs:
             return []
+        if mode == "keep":
+            self._check_batch(jobs)
+            return await self._add_keeping(jobs)
+        replace = mode == "replace"
         groups, shard_calls = self._add_calls(jobs, replace=replace)
         wait = None
         if self.durability is not None:
@@ -136,8 +148,31 @@ class AsyncStore(ShardPlan):
         by_shard = dict(zip(shard_calls, replies, strict=True))
         return self._add_results(jobs, groups, by_shard, replace=replace, acked=acked)
 
-    async def add(self, job: NewJob, *, replace: bool = False) -> str:
-        return (await self.add_many([job], replace=replace))[0]
+    async def add(
+        self, job: NewJob, *, replace: bool = False, if_exists: IfExists | None = None
+    ) -> str:
+        return (await self.add_many([job], replace=replace, if_exists=if_exists))[0]
+
+    async def _add_keeping(self, jobs: Sequence[NewJob]) -> list[str]:
+        """As :meth:`Store._add_keeping`, whose rounds ShardPlan plans."""
+        results: list[str | None] = [None] * len(jobs)
+        todo = list(range(len(jobs)))
+        for _ in range(KEEP_ROUNDS):
+            try:
+                await self.add_many([jobs[n] for n in todo])
+                existing: list[tuple[str, str]] = []
+            except PartialAddError as exc:
+                existing = exc.jobs
+            except JobExistsError as exc:
+                existing = exc.jobs
+            replies: list[Any] = []
+            if existing:
+                replies, _ = await self._batch.run(self._states_calls(existing))
+            found = self._states_found(existing, replies)
+            todo = self._keep_round(jobs, todo, existing, found, results)
+            if not todo:
+                return [str(r) for r in results]
+        raise JobExistsError([(jobs[n].topic, jobs[n].id) for n in todo])
 
     async def cancel(self, topic: str, job_id: str) -> CancelOutcome:
         keys, job = self._job_keys(topic, job_id)
@@ -148,6 +183,21 @@ class AsyncStore(ShardPlan):
         keys, job = self._job_keys(topic, job_id)
         (reply,), _ = await self._batch.run([calls.inspect(keys, self._now(), job)])
         return calls.inspected(topic, job_id, reply)
+
+    async def schedule(self, spec: ScheduleSpec) -> tuple[str, str | None]:
+        """As :meth:`Store.schedule`: ("created" | "updated" | "unchanged", the pending id)."""
+        (reply,), _ = await self._batch.run([self._schedule_call(spec)])
+        return schedule_calls.scheduled(reply)
+
+    async def unschedule(self, name: str) -> bool:
+        """As :meth:`Store.unschedule`: False when the schedule did not exist."""
+        (reply,), _ = await self._batch.run([self._unschedule_call(name)])
+        return bool(int(reply))
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of every shard, by name."""
+        hashes = await asyncio.gather(*(self.client.hgetall(k.schedules) for k in self.shard_keys))
+        return self._schedule_infos(hashes)
 
     async def stats(self) -> dict[str, dict[str, int]]:
         """Jobs per topic and state, and ``paused`` per topic, as ``DelayQueue.stats``."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from actors import _constants as c
 from actors import _validation as validation
+from actors import schedules as _schedules
 from actors.clock import Clock
 from actors.errors import (
     JobExistsError,
@@ -23,13 +24,19 @@ from actors.errors import (
     ValidationError,
 )
 from actors.lifecycle import State
+from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls, listing
 from actors.storage import codec as _record
+from actors.storage import schedules as schedule_calls
 from actors.storage.calls import CallTime, ScriptCall, decoded
-from actors.storage.keys import ShardKeys, member, shard_of
+from actors.storage.keys import ShardKeys, member, schedule_shard, shard_of
 from actors.values import AuditRetention, Durability, JobPage, NewJob, TopicConfig
 
 _STATES = ("delayed", "ready", "leased", "dead")
+
+# add_many(if_exists="keep"): rounds of add-then-look-up before a job that keeps appearing and
+# ending in between is reported as existing.
+KEEP_ROUNDS = 10
 
 
 class ShardPlan:
@@ -175,6 +182,90 @@ class ShardPlan:
         if self.durability is not None and acked is not None and acked < self.durability.replicas:
             raise NotReplicatedError(added, acked, self.durability.replicas, results)
         return results
+
+    # -- add with if_exists="keep" ------------------------------------------------------------
+    # The add script refuses a shard's batch when some of its jobs exist and names them; the
+    # store looks those up (_states_calls) and adds the rest again (_keep_round), for at most
+    # KEEP_ROUNDS rounds: a job that ends between the two is added on the next round.
+
+    def _states_calls(self, jobs: Sequence[tuple[str, str]]) -> list[ScriptCall]:
+        """One inspect call per (topic, id), on its shard, for one round trip."""
+        at = self._now()
+        return [
+            calls.inspect(self.shard_keys[self._shard_of(t, i)], at, member(t, i)) for t, i in jobs
+        ]
+
+    @staticmethod
+    def _states_found(
+        jobs: Sequence[tuple[str, str]], replies: Sequence[Any]
+    ) -> dict[tuple[str, str], str]:
+        """The state of each of ``jobs`` that exists, from the replies of _states_calls."""
+        found = {}
+        for (t, i), reply in zip(jobs, replies, strict=True):
+            info = calls.inspected(t, i, reply)
+            if info is not None:
+                found[(t, i)] = str(info.state)
+        return found
+
+    def _keep_round(
+        self,
+        jobs: Sequence[NewJob],
+        todo: Sequence[int],
+        existing: Sequence[tuple[str, str]],
+        found: Mapping[tuple[str, str], str],
+        results: list[str | None],
+    ) -> list[int]:
+        """Records the outcome of one round's add of ``jobs[todo]`` (``existing``: the jobs it
+        refused, ``found``: their states) in ``results``; returns the indexes to add again."""
+        refused = set(existing)
+        left = []
+        for n in todo:
+            key = (jobs[n].topic, jobs[n].id)
+            if key in found:
+                results[n] = found[key]
+            elif key in refused or self._refused_shard(jobs[n], refused):
+                left.append(n)  # its shard added nothing, or it ended meanwhile
+            else:
+                results[n] = State.NEW
+        return left
+
+    def _refused_shard(self, job: NewJob, refused: set[tuple[str, str]]) -> bool:
+        """Whether ``job``'s shard refused its batch (it holds one of the ``refused`` jobs)."""
+        shard = self._shard_of(job.topic, job.id)
+        return any(self._shard_of(t, i) == shard for t, i in refused)
+
+    # -- recurring schedules (actors/schedules.py, docs/schedules.md) -------------------------
+
+    def _schedule_call(self, spec: ScheduleSpec) -> ScriptCall:
+        """The schedule script's call for a checked spec, with its first stored times."""
+        keys = self.shard_keys[schedule_shard(spec.name, self.shard_count)]
+        at = self._now()
+        anchor = _schedules.first_anchor_ms(spec, at.now_ms) if spec.every_ms else 0
+        times = _schedules.occurrences(spec, at.now_ms, c.OCCURRENCES_AHEAD, anchor)
+        return schedule_calls.schedule(
+            keys,
+            at,
+            spec.name,
+            schedule_calls.pack_spec(spec),
+            anchor,
+            self._topic_config_blob(spec.topic),
+            times,
+        )
+
+    def _unschedule_call(self, name: str) -> ScriptCall:
+        """The unschedule script's call; a bad name raises before anything is sent."""
+        keys = self.shard_keys[schedule_shard(_schedules.name(name), self.shard_count)]
+        return schedule_calls.unschedule(keys, self._now(), name)
+
+    @staticmethod
+    def _schedule_infos(hashes: Sequence[Mapping[Any, Any]]) -> list[ScheduleInfo]:
+        """Every schedule, by name, from each shard's schedules hash."""
+        found = [
+            schedule_calls.unpack_schedule(decoded(name), bytes(blob)).info
+            for records in hashes
+            for name, blob in records.items()
+        ]
+        return sorted(found, key=lambda info: info.spec.name)
 
     # -- jobs -------------------------------------------------------------------------------
 

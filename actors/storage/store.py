@@ -56,14 +56,14 @@ from actors.storage import calls, gates, heartbeats, reads
 from actors.storage import codec as _record
 from actors.storage import schedules as schedule_calls
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
-from actors.storage.keys import ShardKeys, member, schedule_shard
+from actors.storage.keys import ShardKeys, schedule_shard
 from actors.storage.namespace_config import (
     ensure_retention,
     ensure_shards,
     stored_retention,
     stored_shards,
 )
-from actors.storage.plan import ShardPlan
+from actors.storage.plan import KEEP_ROUNDS, ShardPlan
 from actors.storage.script_batch import ScriptBatch, WaitFor
 from actors.storage.scripts import refused_for_memory
 from actors.values import (
@@ -81,10 +81,6 @@ from actors.values import (
 )
 
 log = logging.getLogger("actors.store")
-
-# add_many(if_exists="keep"): rounds of add-then-look-up before a job that keeps appearing and
-# ending in between is reported as existing.
-_KEEP_ROUNDS = 10
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -320,61 +316,24 @@ class Store(ShardPlan):
 
     def _add_keeping(self, jobs: Sequence[NewJob]) -> list[str]:
         """add_many with ``if_exists="keep"``: adds the jobs that do not exist and leaves the
-        others untouched; per job "new", or the state the existing job is in.
-
-        The add script refuses a shard's batch when some of its jobs exist and names them; they
-        are looked up and the rest is added again. A job that ends between the two is added on
-        the next round, so a few rounds always settle it.
-        """
+        others untouched; per job "new", or the state the existing job is in (ShardPlan's
+        _keep_round says how a round goes)."""
         results: list[str | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))
-        for _ in range(_KEEP_ROUNDS):
-            batch = [jobs[n] for n in todo]
+        for _ in range(KEEP_ROUNDS):
             try:
-                self.add_many(batch)
+                self.add_many([jobs[n] for n in todo])
                 existing: list[tuple[str, str]] = []
             except PartialAddError as exc:
                 existing = exc.jobs
             except JobExistsError as exc:
                 existing = exc.jobs
-            found = self._states_of(existing)
-            refused = {(t, i) for t, i in existing}
-            left = []
-            for n in todo:
-                key = (jobs[n].topic, jobs[n].id)
-                if key in found:
-                    results[n] = found[key]
-                elif key in refused or self._refused_shard(jobs[n], refused):
-                    left.append(n)  # its shard added nothing, or it ended meanwhile
-                else:
-                    results[n] = State.NEW
-            todo = left
+            replies = self._batch.run(self._states_calls(existing)) if existing else []
+            found = self._states_found(existing, replies)
+            todo = self._keep_round(jobs, todo, existing, found, results)
             if not todo:
                 return [str(r) for r in results]
         raise JobExistsError([(jobs[n].topic, jobs[n].id) for n in todo])
-
-    def _refused_shard(self, job: NewJob, refused: set[tuple[str, str]]) -> bool:
-        """Whether ``job``'s shard refused its batch (it holds one of the ``refused`` jobs)."""
-        shard = self._shard_of(job.topic, job.id)
-        return any(self._shard_of(t, i) == shard for t, i in refused)
-
-    def _states_of(self, jobs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """The state of each of ``jobs`` that exists, in one round trip."""
-        if not jobs:
-            return {}
-        at = self._now()
-        replies = self._batch.run(
-            [
-                calls.inspect(self.shard_keys[self._shard_of(t, i)], at, member(t, i))
-                for t, i in jobs
-            ]
-        )
-        found = {}
-        for (t, i), reply in zip(jobs, replies, strict=True):
-            info = calls.inspected(t, i, reply)
-            if info is not None:
-                found[(t, i)] = str(info.state)
-        return found
 
     @_cluster_errors
     def carry(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
@@ -628,38 +587,22 @@ class Store(ShardPlan):
         Returns ("created" | "updated" | "unchanged", the pending occurrence's id or None).
         The spec is checked by the caller (actors/schedules.py).
         """
-        keys = self.shard_keys[schedule_shard(spec.name, self.shard_count)]
-        at = self._now()
-        anchor = _schedules.first_anchor_ms(spec, at.now_ms) if spec.every_ms else 0
-        times = _schedules.occurrences(spec, at.now_ms, c.OCCURRENCES_AHEAD, anchor)
-        call = schedule_calls.schedule(
-            keys,
-            at,
-            spec.name,
-            schedule_calls.pack_spec(spec),
-            anchor,
-            self._topic_config_blob(spec.topic),
-            times,
-        )
+        call = self._schedule_call(spec)
         (reply,) = self._batch.run([call])
         return schedule_calls.scheduled(reply)
 
     @_cluster_errors
     def unschedule(self, name: str) -> bool:
         """Deletes a schedule and its pending occurrence if still delayed; False if unknown."""
-        keys = self.shard_keys[schedule_shard(_schedules.name(name), self.shard_count)]
-        (reply,) = self._batch.run([schedule_calls.unschedule(keys, self._now(), name)])
+        (reply,) = self._batch.run([self._unschedule_call(name)])
         return bool(int(reply))
 
     @_cluster_errors
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule of every shard, by name."""
-        found = [
-            schedule_calls.unpack_schedule(decoded(name), bytes(blob)).info  # type: ignore[arg-type]
-            for keys in self.shard_keys
-            for name, blob in self.client.hgetall(keys.schedules).items()
-        ]
-        return sorted(found, key=lambda info: info.spec.name)
+        return self._schedule_infos(
+            [self.client.hgetall(keys.schedules) for keys in self.shard_keys]
+        )
 
     @_cluster_errors
     def refill_schedules(self, names: Sequence[str]) -> int:

@@ -330,3 +330,191 @@ def test_a_full_redis_refuses_the_add_as_the_sync_queue_does(
             assert await queue.get("t", "refused") is None  # nothing was written
 
     run(scenario)
+
+
+# -- if_exists and recurring schedules: the sync queue's results, on the same server ---------
+
+
+def fingerprint(client: redis.Redis) -> dict[bytes, bytes]:
+    return {key: client.dump(key) for key in sorted(client.keys("*"))}  # type: ignore[misc]
+
+
+def test_if_exists_keep_dedupes_and_replace_reschedules_as_the_sync_queue(
+    redis_server: RedisProcess, redis_client: redis.Redis, sync_queue: DelayQueue
+) -> None:
+    sync_queue.add("mail", "42", {"n": 1}, delay=60)
+    before = fingerprint(redis_client)
+
+    async def keep() -> list[Any]:
+        async with AsyncDelayQueue(redis_server.url, namespace="shop") as queue:
+            with pytest.raises(JobExistsError, match="mail/42"):
+                await queue.add("mail", "42", if_exists="error")
+            return [
+                await queue.add("mail", "42", {"n": 2}, if_exists="keep"),
+                await queue.add_many([{"topic": "mail", "id": "42"}], if_exists="keep"),
+            ]
+
+    assert run(keep) == ["delayed", ["delayed"]]
+    assert fingerprint(redis_client) == before  # kept: no record, event or counter written
+    assert sync_queue.add("mail", "42", {"n": 3}, if_exists="keep") == "delayed"
+
+    async def replace_and_add() -> list[Any]:
+        async with AsyncDelayQueue(redis_server.url, namespace="shop") as queue:
+            return [
+                await queue.add("mail", "42", {"n": 4}, if_exists="replace"),
+                await queue.add_many(
+                    [{"topic": "mail", "id": "42"}, {"topic": "mail", "id": "43"}],
+                    if_exists="keep",
+                ),
+            ]
+
+    assert run(replace_and_add) == ["delayed", ["ready", "new"]]
+    info = sync_queue.get("mail", "42")
+    assert info is not None and info.body == {"n": 4} and info.state == "ready"
+    assert sync_queue.stats()["mail"]["ready"] == 2
+
+
+def test_if_exists_keep_across_shards_gives_the_sync_queues_results(
+    redis_server: RedisProcess,
+) -> None:
+    ids = [f"j{n}" for n in range(12)]
+    existing = ids[::3]
+    batch = [{"topic": "t", "id": i} for i in ids]
+    results = {}
+    for namespace in ("sync3", "async3"):
+        sync_queue = DelayQueue(redis_server.url, namespace, producer_only=True, shards=3)
+        sync_queue.add_many([{"topic": "t", "id": i, "delay": 5} for i in existing])
+        if namespace == "sync3":
+            results[namespace] = sync_queue.add_many(batch, if_exists="keep")
+        else:
+
+            async def scenario() -> list[str]:
+                async with AsyncDelayQueue(redis_server.url, "async3", shards=3) as queue:
+                    return await queue.add_many(batch, if_exists="keep")
+
+            results[namespace] = run(scenario)
+        assert sync_queue.stats()["t"] == {
+            "delayed": len(existing),
+            "ready": len(ids) - len(existing),
+            "leased": 0,
+            "dead": 0,
+            "paused": 0,
+        }
+        sync_queue.close()
+    assert results["async3"] == results["sync3"]
+    assert results["sync3"] == ["delayed" if i in existing else "new" for i in ids]
+
+
+def test_schedules_made_async_are_the_sync_queues(
+    redis_server: RedisProcess, sync_queue: DelayQueue
+) -> None:
+    """The same calls on both queues (one namespace each, one clock) store the same schedules
+    and return the same outcomes; each side sees the other's."""
+    clock = FakeClock(start_ms=1_700_000_000_000)
+    other = DelayQueue(redis_server.url, namespace="sync-side", clock=clock, producer_only=True)
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+        ("nightly", "reports", {"cron": "0 3 * * *", "tz": "Europe/Paris", "body": {"k": 1}}),
+        ("poll", "supplier", {"every": 30, "misfire": "skip"}),
+        ("nightly", "reports", {"cron": "0 3 * * *", "tz": "Europe/Paris", "body": {"k": 1}}),
+        ("poll", "supplier", {"every": 45, "start_at": 1_700_000_100.0}),
+    ]
+    sync_outcomes = [other.schedule(name, topic, **kw) for name, topic, kw in calls]
+
+    async def scenario() -> tuple[list[str], list[Any], list[bool], list[Any]]:
+        async with AsyncDelayQueue(redis_server.url, namespace="shop", clock=clock) as queue:
+            outcomes = [await queue.schedule(name, topic, **kw) for name, topic, kw in calls]
+            listed = await queue.schedules()
+            removed = [await queue.unschedule("poll"), await queue.unschedule("poll")]
+            return outcomes, listed, removed, await queue.schedules()
+
+    outcomes, listed, removed, after = run(scenario)
+    assert outcomes == sync_outcomes == ["created", "created", "unchanged", "updated"]
+    assert listed == other.schedules()
+    assert [info.spec.name for info in listed] == ["nightly", "poll"]
+    poll = listed[1]
+    assert poll.spec.every_ms == 45_000 and poll.next_ms == 1_700_000_100_000
+    assert removed == [True, False]
+    assert [info.spec.name for info in after] == ["nightly"]
+    # The async side wrote what the sync queue reads: the nightly's pending occurrence, and no
+    # occurrence of the removed schedule.
+    assert [info.spec.name for info in sync_queue.schedules()] == ["nightly"]
+    pending = after[0].pending_id
+    assert pending is not None and pending.startswith("@schedule:nightly:")
+    info = sync_queue.get("reports", pending)
+    assert info is not None and info.state == "delayed" and info.body == {"k": 1}
+    assert sync_queue.stats()["supplier"]["delayed"] == 0
+    other.close()
+
+
+def test_schedules_on_many_shards_are_all_listed(redis_server: RedisProcess) -> None:
+    names = [f"s{n}" for n in range(8)]
+
+    async def scenario() -> list[Any]:
+        async with AsyncDelayQueue(redis_server.url, namespace="sh4", shards=4) as queue:
+            for name in reversed(names):
+                assert await queue.schedule(name, "t", every=60) == "created"
+            return await queue.schedules()
+
+    listed = run(scenario)
+    assert [info.spec.name for info in listed] == names
+    sync_queue = DelayQueue(redis_server.url, namespace="sh4", producer_only=True, shards=4)
+    assert sync_queue.schedules() == listed
+    assert sync_queue.stats()["t"]["delayed"] == len(names)  # one pending occurrence each
+    sync_queue.close()
+
+
+BAD_SCHEDULES: list[tuple[str, dict[str, Any]]] = [
+    ("name", {"name": ""}),
+    ("name", {"name": "has space"}),
+    ("topic", {"topic": "no spaces"}),
+    ("cron", {"cron": "61 * * * *"}),
+    ("every", {"every": 0.5}),
+    ("cron", {"cron": "* * * * *", "every": 60}),
+    ("tz", {"tz": "Mars/Olympus"}),
+    ("misfire", {"misfire": "twice"}),
+    ("start_at", {"start_at": datetime(2030, 1, 1)}),  # naive
+    ("body.x", {"body": {"x": math.nan}}),
+]
+
+
+@pytest.mark.parametrize(("field", "kwargs"), BAD_SCHEDULES, ids=[f for f, _ in BAD_SCHEDULES])
+def test_a_bad_schedule_gives_the_sync_queues_error_before_connecting(
+    sync_queue: DelayQueue, field: str, kwargs: dict[str, Any]
+) -> None:
+    arguments = {"name": "s", "topic": "t", "every": 60, **kwargs}
+    if "cron" in kwargs and "every" not in kwargs:
+        del arguments["every"]
+    with pytest.raises(ValidationError) as sync_error:
+        sync_queue.schedule(**arguments)
+
+    async def scenario() -> None:
+        # Nothing listens there: the error comes from the check, before any connection.
+        queue = AsyncDelayQueue("redis://127.0.0.1:1/0", namespace="shop")
+        with pytest.raises(ValidationError) as async_error:
+            await queue.schedule(**arguments)
+        assert async_error.value.field == sync_error.value.field
+        assert str(async_error.value) == str(sync_error.value)
+        await queue.aclose()
+
+    run(scenario)
+    assert sync_error.value.field.startswith(field)
+    assert sync_queue.schedules() == [] and sync_queue.stats() == {}
+
+
+def test_bad_unschedule_names_and_if_exists_values_name_the_field_before_connecting() -> None:
+    async def scenario() -> list[str]:
+        queue = AsyncDelayQueue("redis://127.0.0.1:1/0", namespace="shop")
+        fields = []
+        for attempt in (
+            lambda: queue.unschedule(""),
+            lambda: queue.add("t", "j", if_exists="ignore"),  # type: ignore[arg-type]
+            lambda: queue.add("t", "j", if_exists="keep", replace=True),
+            lambda: queue.add_many([{"topic": "t", "id": "j"}], if_exists="skip"),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(ValidationError) as caught:
+                await attempt()
+            fields.append(caught.value.field)
+        await queue.aclose()
+        return fields
+
+    assert run(scenario) == ["name", "if_exists", "if_exists", "if_exists"]

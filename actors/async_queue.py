@@ -8,6 +8,9 @@ results and errors. It only produces and inspects; workers run a :class:`DelayQu
 Nothing connects in the constructor: the first awaited call connects, syncs the clock with the
 server's ``TIME`` and checks the namespace's shard count, so a module can make its queue at
 import time while Redis is down. A queue and its client belong to one event loop.
+
+Adds are traced as DelayQueue's are (a PRODUCER span per job, its traceparent stored with the
+job), by the same code in actors/tracing.py.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from actors.producing import AuditEvent
 from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.async_store import AsyncStore, ServerClock, open_async_store
 from actors.storage.async_topology import AsyncClient, check_source, connect
+from actors.tracing import Tracing
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, TopicConfig
 
 
@@ -46,8 +50,11 @@ class AsyncDelayQueue:
         default_lease: float | timedelta = c.DEFAULT_LEASE_MS / 1000,
         shards: int | None = None,
         durability: Durability | None = None,
+        tracer_provider: Any = None,
     ) -> None:
-        # Everything that can be checked without I/O is checked here, as DelayQueue does.
+        # Everything that can be checked without I/O is checked here, as DelayQueue does;
+        # first a tracer_provider without opentelemetry installed.
+        self._tracing = Tracing(tracer_provider)
         check_source(redis_source)
         self._source = redis_source
         self._namespace = validation.namespace(namespace)
@@ -131,7 +138,11 @@ class AsyncDelayQueue:
             lease=lease,
             callback=callback,
         )
-        return await store.add(job, if_exists=mode)
+        if self._tracing.tracer is None:
+            return await store.add(job, if_exists=mode)
+        # Traced as DelayQueue.add is, by the same code (see actors.tracing).
+        with self._tracing.sending([job]) as traced:
+            return (await store.add_many(traced, if_exists=mode))[0]
 
     async def add_many(
         self,
@@ -144,7 +155,10 @@ class AsyncDelayQueue:
         ``if_exists="keep"`` the existing ones are left and the others added)."""
         mode = validation.if_exists(if_exists, replace)
         store = await self.store()
-        return await store.add_many(producing.new_jobs(store.clock.now_ms(), jobs), if_exists=mode)
+        built = producing.new_jobs(store.clock.now_ms(), jobs)
+        # Traced: one producer span per job (see actors.tracing).
+        with self._tracing.sending(built) as traced:
+            return await store.add_many(traced, if_exists=mode)
 
     # -- recurring schedules (docs/schedules.md) ---------------------------------------------
 

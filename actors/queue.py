@@ -16,7 +16,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
@@ -228,7 +227,8 @@ class DelayQueue:
         if self._tracing.tracer is None:
             before = self.store.add(job, if_exists=mode)
         else:
-            before = self._tracing.send([job], partial(self.store.add_many, if_exists=mode))[0]
+            with self._tracing.sending([job]) as traced:
+                before = self.store.add_many(traced, if_exists=mode)[0]
         self._note_rearms([job], [before], mode)
         return before
 
@@ -245,7 +245,8 @@ class DelayQueue:
         mode = validation.if_exists(if_exists, replace)
         built = producing.new_jobs(self.clock.now_ms(), jobs)
         # Traced: one producer span per job (see actors.tracing).
-        states = self._tracing.send(built, partial(self.store.add_many, if_exists=mode))
+        with self._tracing.sending(built) as traced:
+            states = self.store.add_many(traced, if_exists=mode)
         self._note_rearms(built, states, mode)
         return states
 

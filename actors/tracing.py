@@ -5,7 +5,8 @@ as OpenTelemetry expects of a library. The import is tried once, here: without t
 queue's :class:`Tracing` has no tracer and every call site takes a ``None`` branch, so nothing is
 imported and nothing is paid but that test.
 
-``add`` and ``add_many`` start one ``send {topic}`` span per job (a batch gets one span per job,
+``add`` and ``add_many`` (of ``DelayQueue`` and ``AsyncDelayQueue`` alike, through
+:meth:`Tracing.sending`) start one ``send {topic}`` span per job (a batch gets one span per job,
 not one for the batch, so every job's consumer span links to its own producer span) and store
 that span's W3C ``traceparent`` in the job's record. Each attempt's handler then runs inside a
 ``process {topic}`` span whose parent is that producer context, linked to it as well, as the
@@ -16,10 +17,10 @@ the attempt's outcome is stored: ``ack``, ``retry``, ``dead``, ``cancelled``, ``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from actors.errors import ConfigError
 from actors.job import Retry
@@ -42,8 +43,6 @@ ATTEMPT = "messaging.redelay.attempt"
 OUTCOME = "messaging.redelay.outcome"
 # Outcomes that mean the attempt went wrong: their span's status is ERROR.
 _FAILED = frozenset({"dead", "timeout"})
-
-T = TypeVar("T")
 
 
 def _version() -> str:
@@ -76,12 +75,18 @@ class Tracing:
 
     # -- producing --------------------------------------------------------------------------
 
-    def send(self, jobs: Sequence[NewJob], add: Callable[[Sequence[NewJob]], T]) -> T:
-        """Calls ``add(jobs)`` with each job carrying its producer span's traceparent; the
-        spans end when ``add`` returns, with the error recorded on each when it raises."""
+    @contextmanager
+    def sending(self, jobs: Sequence[NewJob]) -> Iterator[Sequence[NewJob]]:
+        """Yields ``jobs``, each carrying its producer span's traceparent, for the block to add;
+        the spans end when the block does, with the error recorded on each when it raises.
+
+        A context manager rather than a wrapper of a function, so the one code path serves the
+        blocking facade (``DelayQueue``) and the awaited one (``AsyncDelayQueue``) alike: the
+        block may ``await`` inside it."""
         tracer = self.tracer
         if tracer is None:
-            return add(jobs)
+            yield jobs
+            return
         spans = [
             tracer.start_span(
                 f"send {job.topic}",
@@ -101,8 +106,8 @@ class Tracing:
             for job, span in zip(jobs, spans, strict=True)
         ]
         try:
-            result = add(traced)
-        except BaseException as exc:
+            yield traced
+        except BaseException as exc:  # a cancelled task too: its jobs may not have been added
             for span in spans:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -110,7 +115,6 @@ class Tracing:
             raise
         for span in spans:
             span.end()
-        return result
 
     def _traceparent(self, span: Span) -> str | None:
         if not span.get_span_context().is_valid:  # a no-op tracer: nothing worth storing

@@ -4,6 +4,7 @@ never imports it."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from actors import DelayQueue, Job, Retry
+from actors import AsyncDelayQueue, DelayQueue, Job, Retry
 from actors.errors import JobExistsError
 from actors.server.embedded import RedisProcess
 from actors.storage import codec
@@ -244,6 +245,120 @@ def test_without_an_sdk_nothing_is_stored(
     assert stored_traceparent(redis_client, "mail", "plain") is None
 
 
+# -- the async producer: the same spans and stored context, by the same code -----------------
+
+
+def async_add(url: str, provider: TracerProvider | None, *adds: dict[str, Any]) -> list[Any]:
+    """Runs each add (add's arguments by name; ``many`` for add_many) on one AsyncDelayQueue
+    on a loop of its own, inside an app span ``request`` when a provider is given; the results,
+    or the exception an add raised."""
+
+    async def scenario() -> list[Any]:
+        results: list[Any] = []
+        async with AsyncDelayQueue(url, NS, tracer_provider=provider) as queue:
+            for add in adds:
+                try:
+                    if "many" in add:
+                        results.append(await queue.add_many(add["many"]))
+                    else:
+                        results.append(await queue.add(**add))
+                except Exception as exc:  # the test looks at which one
+                    results.append(exc)
+        return results
+
+    if provider is None:
+        return asyncio.run(scenario())
+
+    async def traced() -> list[Any]:
+        with provider.get_tracer("app").start_as_current_span("request"):
+            return await scenario()
+
+    return asyncio.run(traced())
+
+
+def test_an_async_add_stores_its_producer_context_and_its_consumer_span_links_to_it(
+    queue: DelayQueue,
+    redis_server: RedisProcess,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    redis_client: redis.Redis,
+) -> None:
+    @queue.handler("mail", concurrency=2)
+    def handle(job: Job) -> None:
+        pass
+
+    assert async_add(redis_server.url, provider, {"topic": "mail", "job_id": "a1"}) == ["new"]
+    (request,) = spans(exporter, "request")
+    (send,) = spans(exporter, "send mail")
+    assert send.kind is SpanKind.PRODUCER
+    # The caller's current span on the event loop (its task's context) is the parent.
+    assert send.parent is not None and request.context is not None
+    assert send.parent.span_id == request.context.span_id
+    assert attr(send, "messaging.message.id") == "a1"
+    assert attr(send, "messaging.operation.type") == "send"
+    assert send.status.status_code is StatusCode.UNSET
+    assert stored_traceparent(redis_client, "mail", "a1") == traceparent_of(send)
+
+    queue.start()
+    (process,) = wait_for_spans(exporter, "process mail", 1)
+    assert process.context is not None and send.context is not None
+    assert process.context.trace_id == send.context.trace_id
+    assert process.parent is not None and process.parent.span_id == send.context.span_id
+    assert [link.context.span_id for link in process.links] == [send.context.span_id]
+
+
+def test_an_async_add_many_makes_one_producer_span_per_job_each_linked_by_its_own_consumer(
+    queue: DelayQueue,
+    redis_server: RedisProcess,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    redis_client: redis.Redis,
+) -> None:
+    @queue.handler("batch", concurrency=4)
+    def handle(job: Job) -> None:
+        pass
+
+    batch = [{"topic": "batch", "id": f"b{n}"} for n in range(3)]
+    assert async_add(redis_server.url, provider, {"many": batch}) == [["new"] * 3]
+    sent = {attr(s, "messaging.message.id"): s for s in spans(exporter, "send batch")}
+    assert sorted(sent) == ["b0", "b1", "b2"]
+    for job_id, span in sent.items():
+        assert stored_traceparent(redis_client, "batch", job_id) == traceparent_of(span)
+    queue.start()
+    processed = wait_for_spans(exporter, "process batch", 3)
+    assert sorted(attr(s, "messaging.message.id") for s in processed) == ["b0", "b1", "b2"]
+    for span in processed:
+        producer = sent[attr(span, "messaging.message.id")]
+        assert producer.context is not None
+        assert [link.context.span_id for link in span.links] == [producer.context.span_id]
+
+
+def test_a_refused_async_add_is_an_error_on_its_producer_span(
+    redis_server: RedisProcess, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    add = {"topic": "mail", "job_id": "dup", "delay": 60}
+    first, refused = async_add(redis_server.url, provider, add, add)
+    assert first == "new"
+    assert isinstance(refused, JobExistsError)
+    ok, error = spans(exporter, "send mail")
+    assert ok.status.status_code is StatusCode.UNSET
+    assert error.status.status_code is StatusCode.ERROR
+    (event,) = error.events
+    assert event.name == "exception"
+    assert (event.attributes or {})["exception.type"] == "actors.errors.JobExistsError"
+
+
+def test_without_an_sdk_an_async_add_stores_nothing(
+    redis_server: RedisProcess, redis_client: redis.Redis
+) -> None:
+    """As the sync test above: the global provider's spans are no-ops, so no traceparent."""
+    batch = [{"topic": "mail", "id": "many"}]
+    plain = {"topic": "mail", "job_id": "plain", "delay": 60}
+    assert async_add(redis_server.url, None, plain, {"many": batch}) == ["new", ["new"]]
+    assert stored_traceparent(redis_client, "mail", "plain") is None
+    assert stored_traceparent(redis_client, "mail", "many") is None
+
+
 BLOCKED = """
 import sys
 
@@ -255,8 +370,9 @@ class NoOpenTelemetry:
 
 sys.meta_path.insert(0, NoOpenTelemetry())
 
+import asyncio
 import threading
-from actors import DelayQueue
+from actors import AsyncDelayQueue, DelayQueue
 from actors.errors import ConfigError
 
 done = threading.Event()
@@ -271,10 +387,20 @@ queue.add("t", "j1")
 queue.add_many([{"topic": "t", "id": "j2"}])
 assert done.wait(30), "the handler never ran"
 queue.stop(grace=3)
-try:
-    DelayQueue(sys.argv[1], "tracingblocked", tracer_provider=object())
-except ConfigError as exc:
-    print("refused:", exc)
+
+
+async def produce():
+    async with AsyncDelayQueue(sys.argv[1], "tracingblocked") as producer:
+        assert await producer.add("t", "a1", delay=60) == "new"
+        assert await producer.add_many([{"topic": "t", "id": "a2", "delay": 60}]) == ["new"]
+
+
+asyncio.run(produce())
+for make in (DelayQueue, AsyncDelayQueue):
+    try:
+        make(sys.argv[1], "tracingblocked", tracer_provider=object())
+    except ConfigError as exc:
+        print("refused:", make.__name__, exc)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
 print("loaded:", loaded)
 """
@@ -292,4 +418,5 @@ def test_without_opentelemetry_a_worker_works_and_never_imports_it(
     )
     assert result.returncode == 0, result.stderr
     assert "loaded: []" in result.stdout
-    assert "refused: tracer_provider needs opentelemetry-api" in result.stdout
+    for made in ("DelayQueue", "AsyncDelayQueue"):
+        assert f"refused: {made} tracer_provider needs opentelemetry-api" in result.stdout

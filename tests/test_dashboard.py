@@ -5,7 +5,9 @@ tests/test_dashboard_browser.py clicks through the same pages in chromium."""
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,7 @@ from actors.dashboard import actions, create_app, views
 from actors.dashboard.charts import bar_chart, rates
 from actors.dashboard.samples import Samples
 from actors.errors import ValidationError
+from actors.schedules import ScheduleSpec
 from actors.storage.store import Store
 from actors.values import JobInfo
 
@@ -116,6 +119,11 @@ def test_bodies_are_pretty_printed_and_kept_when_they_do_not_parse() -> None:
         ({"action": "cancel", "jobs": (("t", "a"), ("t", "b"))}, "job"),
         ({"action": "cancel", "all_of": "t"}, "all"),
         ({"action": "reschedule", "jobs": (("t", "a"),)}, "due"),
+        ({"action": "pause"}, "topic"),
+        ({"action": "resume", "topic": "a|b"}, "topic"),
+        ({"action": "pause", "topic": "t", "jobs": (("t", "a"),)}, "job"),
+        ({"action": "unschedule"}, "schedule"),
+        ({"action": "unschedule", "schedule": "no spaces"}, "schedule"),
     ],
 )
 def test_a_bad_action_request_names_the_field(kwargs: dict[str, object], field: str) -> None:
@@ -246,3 +254,126 @@ def test_mounted_inside_a_starlette_app_links_follow_the_mount_point(store: Stor
         assert 'href="/queue/static/style.css"' in body
         status, css, _ = fetch(base + "/queue/static/style.css")
         assert status == 200 and "tr.rising" in css
+
+
+# -- pause, resume, schedules -------------------------------------------------------------------
+
+
+def act(base: str, cookies: dict[str, str], **form: str) -> tuple[int, str, str]:
+    """POSTs a confirmed action; returns the status, where it redirects, and the result shown."""
+    status, _, headers = fetch(
+        base + "/act", data={**form, "csrf": cookies["redelay_csrf"]}, cookies=cookies
+    )
+    location = dict(headers).get("location", "")
+    flash = cookie_from(headers, "redelay_flash") or ""
+    return status, location, urllib.parse.unquote(flash)
+
+
+def add_schedule(store: Store, name: str, body: bytes = b"null") -> None:
+    spec = ScheduleSpec(name, "reports", None, 3_600_000, "UTC", body, None, "run_once")
+    assert store.schedule(spec)[0] == "created"
+
+
+def test_pause_and_resume_change_redis_are_audited_and_show_on_the_pages(
+    store: Store, url: str
+) -> None:
+    store.add(store.new_job("mail", "m1", None, delay_ms=600_000))
+    cookies = csrf_session(url)
+    _, page, _ = fetch(url + "/")
+    assert 'class="paused"' not in page and "action=pause&amp;topic=mail&amp;from=overview" in page
+    status, page, _ = fetch(url + "/confirm?action=pause&topic=mail&from=overview")
+    assert status == 200 and "Pause topic mail?" in page and 'name="from" value="overview"' in page
+    assert store.paused_topics() == set()  # the confirmation page changes nothing
+
+    status, location, flash = act(
+        url, cookies, action="pause", topic="mail", **{"from": "overview"}
+    )
+    assert (status, location) == (303, "/")
+    assert flash == "Paused topic mail: no worker leases its jobs until it is resumed."
+    assert store.paused_topics() == {"mail"}
+    _, page, _ = fetch(url + "/")
+    assert re.search(r'data-topic="mail">\s*<td><a[^>]*>mail</a>\s*<span class="paused"', page)
+    assert "action=resume&amp;topic=mail" in page
+    _, page, _ = fetch(url + "/topic?name=mail")
+    assert 'id="paused"' in page and 'id="resume"' in page and 'id="pause"' not in page
+    _, _, flash = act(url, cookies, action="pause", topic="mail")
+    assert flash == "Topic mail was paused already: nothing changed."
+
+    status, location, flash = act(url, cookies, action="resume", topic="mail")
+    assert (status, location) == (303, "/topic?name=mail")
+    assert flash == "Resumed topic mail: its workers lease again."
+    assert store.paused_topics() == set()
+    events = [f["e"] for _, f in store.recent_audit(100) if f.get("e") in ("paused", "resumed")]
+    assert events == ["paused", "resumed"]
+
+
+def test_the_schedules_page_lists_and_removes_a_schedule(store: Store, url: str) -> None:
+    add_schedule(store, "hourly-report", b'{"kind": "sales"}')
+    add_schedule(store, "keep")
+    cookies = csrf_session(url)
+    status, page, _ = fetch(url + "/schedules")
+    assert status == 200 and 'href="/schedules"' in page
+    row = page.split('data-schedule="hourly-report"')[1].split("</tr>")[0]
+    assert "every 1h00m" in row and "<td>UTC</td>" in row and "run_once" in row
+    assert re.search(r"<td>in (59m\d\ds|1h00m)</td>", row), row
+    assert "&#34;kind&#34;: &#34;sales&#34;" in row
+    (info,) = [i for i in store.schedules() if i.spec.name == "hourly-report"]
+    assert info.next_ms is not None and views.utc(info.next_ms) in row
+    status, page, _ = fetch(url + "/confirm?action=unschedule&schedule=hourly-report")
+    assert status == 200 and "Remove schedule hourly-report?" in page
+    assert len(store.schedules()) == 2
+
+    status, location, flash = act(url, cookies, action="unschedule", schedule="hourly-report")
+    assert (status, location) == (303, "/schedules")
+    assert flash.startswith("Removed schedule hourly-report")
+    assert [i.spec.name for i in store.schedules()] == ["keep"]
+    assert info.pending_id is not None and store.get("reports", info.pending_id) is None
+    _, _, flash = act(url, cookies, action="unschedule", schedule="hourly-report")
+    assert flash == "No schedule hourly-report: nothing removed."
+    status, _, _ = act(url, cookies, action="unschedule", schedule="bad name")
+    assert status == 400
+
+
+def test_read_only_hides_and_refuses_pause_resume_and_remove(store: Store) -> None:
+    store.add(store.new_job("mail", "m1", None, delay_ms=600_000))
+    store.pause("billing", True)
+    add_schedule(store, "nightly")
+    with serve(create_app(store, read_only=True)) as base:
+        cookies = csrf_session(base)
+        for path in ["/", "/topic?name=mail", "/topic?name=billing", "/schedules"]:
+            status, page, _ = fetch(base + path)
+            assert status == 200 and "/confirm" not in page, path
+        _, page, _ = fetch(base + "/")
+        assert 'class="paused"' in page  # the state still shows
+        for form in [
+            {"action": "pause", "topic": "mail"},
+            {"action": "resume", "topic": "billing"},
+            {"action": "unschedule", "schedule": "nightly"},
+        ]:
+            status, _, _ = act(base, cookies, **form)
+            assert status == 403, form
+            status, page, _ = fetch(base + "/confirm?" + urllib.parse.urlencode(form))
+            assert status == 403 and "read-only" in page, form
+    assert store.paused_topics() == {"billing"}
+    assert [i.spec.name for i in store.schedules()] == ["nightly"]
+
+
+def test_a_pause_or_remove_without_the_csrf_value_changes_nothing(store: Store, url: str) -> None:
+    add_schedule(store, "nightly")
+    cookies = csrf_session(url)
+    for form in [
+        {"action": "pause", "topic": "mail"},
+        {"action": "unschedule", "schedule": "nightly"},
+    ]:
+        status, body, _ = fetch(url + "/act", data={**form, "csrf": "forged"}, cookies=cookies)
+        assert status == 403 and "CSRF" in body
+    assert store.paused_topics() == set() and len(store.schedules()) == 1
+
+
+def test_a_schedule_body_and_name_are_escaped(store: Store, url: str) -> None:
+    evil = "<script>document.title='owned'</script>"
+    add_schedule(store, "a.b:c-d_e", json.dumps({"html": evil}).encode())
+    _, page, _ = fetch(url + "/schedules")
+    assert "<script>document" not in page
+    assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in page
+    assert 'href="/confirm?action=unschedule&amp;schedule=a.b%3Ac-d_e"' in page

@@ -41,6 +41,7 @@ def create_app(
             Route("/job", pages.job, name="job"),
             Route("/dead", pages.dead, name="dead"),
             Route("/workers", pages.workers, name="workers"),
+            Route("/schedules", pages.schedules, name="schedules"),
             Route("/confirm", pages.confirm, name="confirm"),
             Route("/act", pages.act, methods=["POST"], name="act"),
             Route("/login", pages.login, methods=["GET", "POST"], name="login"),

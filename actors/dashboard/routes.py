@@ -97,7 +97,7 @@ class Pages:
 
     def overview(self, request: Request) -> Response:
         now_ms = self.store.clock.now_ms()
-        counts = self.store.stats()
+        counts = self.store.stats(with_paused=True)
         risen = self.samples.record_dead(now_ms, counts)
         per_second, lateness = self.samples.charts(now_ms)
         totals = {s: sum(c.get(s, 0) for c in counts.values()) for s in STATES}
@@ -124,7 +124,7 @@ class Pages:
             page = self.store.jobs(topic, state, after=q.get("after") or None, limit=PAGE_SIZE)
         except ValidationError as exc:
             return self.problem(request, 400, str(exc))
-        counts = self.store.stats().get(topic, {})
+        counts = self.store.stats(with_paused=True).get(topic, {})
         jobs = [info for info in page.jobs if info.id.startswith(prefix)]
         return self.render(
             request,
@@ -134,6 +134,7 @@ class Pages:
                 "state": state,
                 "states": STATES,
                 "counts": counts,
+                "paused": bool(counts.get("paused")),
                 "prefix": prefix,
                 "jobs": jobs,
                 "next_after": page.next_after,
@@ -193,6 +194,14 @@ class Pages:
     def workers(self, request: Request) -> Response:
         return self.render(request, "workers.html", {"workers": self.store.workers()})
 
+    def schedules(self, request: Request) -> Response:
+        infos = self.store.schedules()
+        return self.render(
+            request,
+            "schedules.html",
+            {"schedules": [views.schedule_row(info) for info in infos]},
+        )
+
     # -- actions -----------------------------------------------------------------------------
 
     def _parse(self, params: QueryParams | FormData) -> actions.Request:
@@ -207,6 +216,12 @@ class Pages:
         one_id = params.get("id")
         if isinstance(one_topic, str) and isinstance(one_id, str) and one_topic and one_id:
             jobs.append((validation.topic(one_topic), validation.job_id(one_id)))
+        action = str(params.get("action", ""))
+        if action in actions.TOPIC_ACTIONS:
+            # A topic action names its topic alone: no job, so "topic" is not a job's topic.
+            return actions.Request(action=action, topic=str(params.get("topic", "")))
+        if action in actions.SCHEDULE_ACTIONS:
+            return actions.Request(action=action, schedule=str(params.get("schedule", "")))
         all_of = params.get("all")
         due_ms = None
         due = params.get("due")
@@ -216,7 +231,7 @@ class Pages:
             except CliError as exc:
                 raise ValidationError("due", str(exc).removeprefix("due: ")) from None
         return actions.Request(
-            action=str(params.get("action", "")),
+            action=action,
             jobs=tuple(jobs),
             all_of=validation.topic(all_of) if isinstance(all_of, str) and all_of else None,
             due_ms=due_ms,
@@ -246,6 +261,7 @@ class Pages:
                 "members": [f"{t}|{i}" for t, i in wanted.jobs],
                 "due": request.query_params.get("due", ""),
                 "back": request.headers.get("referer", ""),
+                "from_page": views.return_page(request.query_params.get("from")),
             },
         )
 
@@ -265,6 +281,14 @@ class Pages:
         root = request.scope.get("root_path", "")
         if wanted.action in actions.DEAD_ACTIONS:
             target = root + "/dead"
+        elif wanted.action in actions.SCHEDULE_ACTIONS:
+            target = root + "/schedules"
+        elif wanted.action in actions.TOPIC_ACTIONS:
+            # Back to the page the action was started from: the overview or the topic.
+            if views.return_page(form.get("from")) == "overview":
+                target = root + "/"
+            else:
+                target = root + "/topic?" + urllib.parse.urlencode({"name": wanted.topic})
         else:
             topic, job_id = wanted.jobs[0]
             target = root + "/job?" + urllib.parse.urlencode({"topic": topic, "id": job_id})

@@ -1,6 +1,6 @@
 """Formatting for the pages: times absolute and relative, bodies pretty-printed, dead jobs
-grouped by reason, audit entries as timeline rows. Pure, so the pages' wording is tested
-without a browser."""
+grouped by reason, audit entries as timeline rows, schedules as table rows. Pure, so the pages'
+wording is tested without a browser."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from actors.cli.output import format_relative_ms, last_error
+from actors.cli.output import format_duration_ms, format_relative_ms, last_error
+from actors.schedules import ScheduleInfo
 from actors.values import JobInfo
 
 Entry = tuple[str, dict[str, str]]
@@ -96,3 +97,33 @@ def lease_holder(entries: Iterable[Entry]) -> str | None:
         if fields.get("e") == "leased":
             holder = fields.get("by") or "(unnamed consumer)"
     return holder
+
+
+def return_page(value: object) -> str:
+    """Where a topic action goes back to: "overview" or "topic" (a fixed choice, never a URL
+    taken from the form, so a form cannot redirect elsewhere)."""
+    return "overview" if value == "overview" else "topic"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    name: str
+    topic: str
+    when: str  # the cron expression, or "every 5m"
+    tz: str
+    misfire: str
+    next_ms: int | None
+    body: str
+
+
+def schedule_row(info: ScheduleInfo) -> ScheduleRow:
+    spec = info.spec
+    return ScheduleRow(
+        name=spec.name,
+        topic=spec.topic,
+        when=spec.cron or f"every {format_duration_ms(spec.every_ms or 0)}",
+        tz=spec.tz,
+        misfire=spec.misfire,
+        next_ms=info.next_ms,
+        body=pretty_body(spec.body),
+    )

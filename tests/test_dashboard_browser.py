@@ -234,6 +234,46 @@ def test_every_page_and_action(
     assert "worker-1" in text and "mail" in text and "1/4" in text
     browser.save_screenshot(str(shots / "dashboard-workers.png"))
 
+    # Pause "mail" from the overview: the badge shows and the worker leases none of its jobs;
+    # resume it from the topic page and the held job runs.
+    browser.get(url + "/")
+    assert click_and_confirm(browser, "pause-mail") == (
+        "Paused topic mail: no worker leases its jobs until it is resumed."
+    )
+    assert browser.current_url == url + "/"
+    assert q.stats()["mail"]["paused"] == 1
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-topic="mail"]')
+    assert row.find_element(By.CSS_SELECTOR, ".paused").text.lower() == "paused"
+    assert row.find_elements(By.ID, "resume-mail") and not row.find_elements(By.ID, "pause-mail")
+    q.add("mail", "held-1", {"to": "later@example.com"})
+    wait_until(lambda: state(q, "mail", "held-1") == "ready", what="held-1 to be ready")
+    browser.get(url + "/topic?name=mail&state=ready")
+    assert job_ids(browser) == ["held-1"]
+    assert browser.find_element(By.ID, "paused").text.lower() == "paused"
+    browser.save_screenshot(str(shots / "dashboard-paused.png"))
+    assert click_and_confirm(browser, "resume") == "Resumed topic mail: its workers lease again."
+    assert q.stats()["mail"]["paused"] == 0 and browser.find_elements(By.ID, "pause")
+    wait_until(lambda: q.get("mail", "held-1") is None, what="the worker to run held-1")
+    assert [e.event for e in q.history("mail", "held-1")][-1] == "acked"
+
+    # Schedules: listed with their next occurrence; remove one.
+    q.schedule("nightly-digest", "billing", cron="0 3 * * *", tz="Europe/Paris", body={"n": 1})
+    q.schedule("invoice-sweep", "billing", every=900, misfire="skip")
+    browser.find_element(By.LINK_TEXT, "Schedules").click()
+    rows = browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+    assert [r.get_attribute("data-schedule") for r in rows] == ["invoice-sweep", "nightly-digest"]
+    assert "0 3 * * *" in rows[1].text and "Europe/Paris" in rows[1].text
+    assert "every 15m" in rows[0].text and "skip" in rows[0].text
+    browser.save_screenshot(str(shots / "dashboard-schedules.png"))
+    assert click_and_confirm(browser, "unschedule-nightly-digest").startswith(
+        "Removed schedule nightly-digest"
+    )
+    assert [i.spec.name for i in q.schedules()] == ["invoice-sweep"]
+    assert [
+        r.get_attribute("data-schedule")
+        for r in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+    ] == ["invoice-sweep"]
+
 
 def test_read_only_shows_no_action(browser: Any, producer: DelayQueue) -> None:
     producer.add("billing", "invoice-1", {"n": 1}, delay=600)
@@ -243,4 +283,7 @@ def test_read_only_shows_no_action(browser: Any, producer: DelayQueue) -> None:
         assert "read-only" in browser.find_element(By.TAG_NAME, "header").text
         browser.get(base + "/confirm?action=cancel&topic=billing&id=invoice-1")
         assert "read-only" in browser.find_element(By.ID, "problem").text
+        for path in ["/", "/topic?name=billing", "/schedules"]:
+            browser.get(base + path)
+            assert browser.find_elements(By.CSS_SELECTOR, "a[href*=confirm]") == [], path
     assert state(producer, "billing", "invoice-1") == "delayed"

@@ -39,7 +39,10 @@ if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         "Debian's chromium and chromium-driver)",
         allow_module_level=True,
     )
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 
 
@@ -115,8 +118,15 @@ def to_next_page(driver: Any, act: Any) -> None:
         try:
             old.tag_name  # noqa: B018 (raises once the old page is gone)
         except StaleElementReferenceException:
-            return bool(driver.execute_script("return document.readyState") == "complete")
-        return False
+            pass
+        except WebDriverException as exc:
+            # Caught mid-navigation, chromium reports the old node as no longer in the document
+            # with a generic error rather than a stale reference: the old page is gone too.
+            if "does not belong to the document" not in str(exc):
+                raise
+        else:
+            return False
+        return bool(driver.execute_script("return document.readyState") == "complete")
 
     wait_until(replaced, what="the next page")
 

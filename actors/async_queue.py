@@ -210,7 +210,7 @@ class AsyncDelayQueue:
         return await (await self.store()).get(topic, job_id)
 
     async def history(self, topic: str, job_id: str) -> list[AuditEvent]:
-        """The job's audit events, oldest first (reads its shard's stream: O(stream length))."""
+        """As :meth:`DelayQueue.history`: through the per-job index, O(its own events)."""
         producing.check_job_name(topic, job_id)
         entries = await (await self.store()).job_entries(topic, job_id)
         return producing.audit_events(entries, topic, job_id)

@@ -312,9 +312,10 @@ class DelayQueue:
         return self.store.get(topic, job_id)
 
     def history(self, topic: str, job_id: str) -> list[AuditEvent]:
-        """The job's audit events, oldest first (reads the stream: O(stream length))."""
+        """The job's audit events, oldest first, through the per-job index: O(its own events),
+        whatever the length of the stream. Events retention trimmed are gone."""
         producing.check_job_name(topic, job_id)
-        return producing.audit_events(self.store.iter_audit(), topic, job_id)
+        return producing.audit_events(self.store.job_entries(topic, job_id), topic, job_id)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Jobs per topic and state, and ``paused`` (1 when the topic is paused, else 0)."""

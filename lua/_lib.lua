@@ -11,6 +11,8 @@
 -- @constant READY_KEY_PREFIX
 -- @constant READY_CHANNEL
 -- @constant SLOT_PROBE_KEY
+-- @constant HISTORY_KEY
+-- @constant HISTORY_ENDS_KEY
 local rcall = redis.call
 local now_ms = tonumber(ARGV[1])
 local trim_kind = ARGV[2]
@@ -44,7 +46,64 @@ end
 
 local minid_trimmed = false
 
--- Appends one audit event; `fields` is a flat list of name, value pairs after e/t/i/a/ms.
+-- The per-job index of the audit stream (<prefix>history): member -> the ids of its entries,
+-- oldest first, so one job's history is read in time proportional to its own events. Written
+-- here, in the script that writes the entry. An ended job's index is kept while the stream may
+-- still hold its entries: <prefix>history-ends orders ended jobs by the time of their last entry,
+-- and the function below drops those whose every entry the stream's trim has removed.
+local history_key = prefix .. HISTORY_KEY
+local history_ends_key = prefix .. HISTORY_ENDS_KEY
+local END_EVENTS = {acked = true, cancelled = true, purged = true}
+local ends_in_call = 0
+local last_stream = nil
+
+local function entry_ms(entry_id)
+  return tonumber(string.match(entry_id, '^(%d+)'))
+end
+
+local function index_entry(member, id, event, entry_id)
+  if id == '' then return end  -- a topic's own event (pause, resume) names no job
+  local ids = rcall('HGET', history_key, member)
+  rcall('HSET', history_key, member, ids and (ids .. ' ' .. entry_id) or entry_id)
+  if END_EVENTS[event] then
+    rcall('ZADD', history_ends_key, entry_ms(entry_id), member)
+    ends_in_call = ends_in_call + 1
+  end
+end
+
+-- Drops the index of ended jobs whose entries are all older than the stream's oldest entry (so
+-- trimmed), a few more than this call ended, so the index follows the stream's retention. Called
+-- at the end of the scripts that end jobs; a job added again after its end keeps the ids of its
+-- new life.
+local function forget_trimmed_histories()
+  if ends_in_call == 0 or last_stream == nil then return end
+  local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
+  if #oldest == 0 then return end
+  local cutoff_ms = entry_ms(oldest[1][1])
+  local stale = rcall('ZRANGEBYSCORE', history_ends_key, '-inf', '(' .. cutoff_ms,
+    'LIMIT', 0, 2 * ends_in_call + 8)
+  if #stale == 0 then return end
+  local lists = rcall('HMGET', history_key, unpack(stale))
+  for j, member in ipairs(stale) do
+    local ids = lists[j]
+    if ids then
+      local kept = {}
+      for entry_id in string.gmatch(ids, '%S+') do
+        if entry_ms(entry_id) >= cutoff_ms then kept[#kept + 1] = entry_id end
+      end
+      if #kept == 0 then
+        rcall('HDEL', history_key, member)
+      else
+        rcall('HSET', history_key, member, table.concat(kept, ' '))
+      end
+    end
+  end
+  rcall('ZREM', history_ends_key, unpack(stale))
+  ends_in_call = 0
+end
+
+-- Appends one audit event, and its id to the job's index; `fields` is a flat list of name,
+-- value pairs after e/t/i/a/ms.
 local function audit(stream, event, member, attempt, fields)
   local topic, id = split_member(member)
   local args = {stream}
@@ -61,11 +120,13 @@ local function audit(stream, event, member, attempt, fields)
     for _, v in ipairs(fields) do args[#args + 1] = v end
   end
   local entry_id = rcall('XADD', unpack(args))
+  last_stream = stream
+  index_entry(member, id, event, entry_id)
   -- MINID is measured back from the id just written, once per script call (the threshold barely
   -- moves within one call); ids are the server's milliseconds, now_ms is only the caller's.
   if trim_kind == 'MINID' and not minid_trimmed then
     minid_trimmed = true
-    local newest_ms = tonumber(string.match(entry_id, '^(%d+)'))
+    local newest_ms = entry_ms(entry_id)
     local oldest_ms = math.max(0, newest_ms - tonumber(trim_arg))
     rcall('XTRIM', stream, 'MINID', '~', string.format('%d-0', oldest_ms))
   end

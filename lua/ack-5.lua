@@ -33,4 +33,5 @@ for j = 0, n - 1 do
   end
   result[#result + 1] = code
 end
+forget_trimmed_histories()
 return result

@@ -26,4 +26,5 @@ end
 local was = unlink(k, member)
 rcall('HDEL', k.jobs, member)
 audit(k.audit, 'cancelled', member, attempt, {'from', was})
+forget_trimmed_histories()
 return 1

@@ -65,4 +65,5 @@ local next_due = -1
 if #earliest > 0 then next_due = tonumber(earliest[2]) end
 local result = {#moved, next_due}
 for _, name in ipairs(low) do result[#result + 1] = name end
+forget_trimmed_histories()
 return result

@@ -34,4 +34,5 @@ end
 local earliest = rcall('ZRANGE', k.leased, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #earliest > 0 then next_deadline = tonumber(earliest[2]) end
+forget_trimmed_histories()
 return {#members, next_deadline}

@@ -32,4 +32,5 @@ for j = 0, n - 1 do
     result[#result + 1] = code
   end
 end
+forget_trimmed_histories()
 return result

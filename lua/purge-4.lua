@@ -20,4 +20,5 @@ for j = 1, n do
     result[#result + 1] = 0
   end
 end
+forget_trimmed_histories()
 return result

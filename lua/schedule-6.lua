@@ -35,4 +35,5 @@ local spec = cmsgpack.unpack(spec_blob)
 rcall('HSETNX', k.topics, spec['t'], ARGV[9])
 local schedule = {spec = spec_blob, q = times, g = generation, a = anchor}
 local pending = arm_next(k, name, schedule, 0, wake_channel)
+forget_trimmed_histories()
 return {outcome, pending or ''}

@@ -15,4 +15,5 @@ local schedule = load_schedule(k.schedules, name)
 if not schedule then return 0 end
 drop_delayed(k, schedule['p'], 'unscheduled')
 rcall('HDEL', k.schedules, name)
+forget_trimmed_histories()
 return 1

@@ -305,9 +305,20 @@ def test_history_since_skips_older_events(cli: Cli) -> None:
     assert cli("history", "t", "1", "--since", "+1h").returncode == 1
 
 
+def test_history_reads_the_index_and_scan_reads_the_stream(cli: Cli, store: Store) -> None:
+    cli("add", "t", "1")
+    indexed = cli.json("history", "t", "1")
+    # Events an older redelay wrote are in the stream only: --scan still finds them.
+    store.client.delete(store.keys.history)
+    assert cli("history", "t", "1").returncode == 1
+    assert "--scan" in cli("history", "t", "1").stderr
+    assert cli.json("history", "t", "1", "--scan") == indexed
+    assert [e["event"] for e in indexed] == ["added"]
+
+
 def test_long_work_reports_progress_on_stderr(cli: Cli, store: Store) -> None:
     store.add_many([store.new_job("t", str(n), delay_ms=60_000) for n in range(600)])
-    result = cli("history", "t", "7", "--progress")
+    result = cli("history", "t", "7", "--scan", "--progress")
     assert result.returncode == 0
     assert "reading audit stream: 600/600 entries (100%)" in result.stderr
     replayed = cli("replay", "--progress", "--json")

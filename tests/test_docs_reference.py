@@ -282,7 +282,14 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
         built += _LUA_PREFIX_NAME_RE.findall(path.read_text())
         assert _LUA_PREFIX_LITERAL_RE.findall(path.read_text()) == [], path.name
     assert sorted(constant for constant, _ in built) == sorted(
-        ["READY_KEY_PREFIX", "READY_CHANNEL", "SLOT_PROBE_KEY", "SCHEDULES_KEY"]
+        [
+            "READY_KEY_PREFIX",
+            "READY_CHANNEL",
+            "SLOT_PROBE_KEY",
+            "SCHEDULES_KEY",
+            "HISTORY_KEY",
+            "HISTORY_ENDS_KEY",
+        ]
     )
 
 

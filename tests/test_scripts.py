@@ -35,6 +35,7 @@ TRANSITIONS = {
     "purge",
     "inspect",
     "list",
+    "history",
     "schedule",
     "unschedule",
     "refill",

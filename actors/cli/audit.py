@@ -39,13 +39,22 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "history",
         parents=[common],
         help="one job's timeline from the audit stream",
-        description="Every event of one job, oldest first, read from the audit stream.",
+        description=(
+            "Every event of one job, oldest first, read through the audit stream's per-job "
+            "index (one round trip, whatever the stream's length). --scan reads the whole "
+            "stream instead, e.g. for events written before the index existed."
+        ),
     )
     p.add_argument("topic")
     p.add_argument("id")
     p.add_argument(
+        "--scan",
+        action="store_true",
+        help="scan the job's shard's stream instead of using the index (O(stream length))",
+    )
+    p.add_argument(
         "--since",
-        help="read the stream from this time on (faster on long streams): epoch seconds, "
+        help="with --scan (implied): read the stream from this time on: epoch seconds, "
         "ISO 8601 with a zone, or -1h",
     )
     p.set_defaults(run=run_history)
@@ -104,23 +113,17 @@ def _merge(replays: list[Replay]) -> Replay:
 
 def run_history(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
-    shard = shard_of(args.topic, args.id, store.shard_count)  # a job's events are in its shard
-    start = "-"
-    if args.since is not None:
-        start = f"{parse_time_ms(args.since, store.clock.now_ms(), 'since')}-0"
-    progress = _progress(ctx, store, "reading audit stream", shard)
-    events = [
-        (entry_id, fields)
-        for entry_id, fields in progress.wrap(stream_entries(store, shard, start))
-        if fields.get("i") == args.id and fields.get("t") == args.topic
-    ]
-    progress.done()
+    if args.scan or args.since is not None:
+        events = _scanned_history(ctx, store, args)
+    else:
+        events = store.job_entries(args.topic, args.id)
     if not events:
         raise CliError(
             Exit.NOT_FOUND,
             "not_found",
             f"no events for {args.topic}/{args.id} in the audit stream "
-            "(wrong topic/id, namespace, or trimmed by retention)",
+            "(wrong topic/id or namespace, trimmed by retention, or written before the "
+            "per-job index existed: try --scan)",
         )
     if ctx.json:
         print_json([event_json(entry_id, fields) for entry_id, fields in events])
@@ -140,6 +143,22 @@ def run_history(ctx: Context, args: argparse.Namespace) -> int:
     info = store.get(args.topic, args.id)
     print(f"\nnow: {info.state if info is not None else 'gone (' + events[-1][1]['e'] + ')'}")
     return Exit.OK
+
+
+def _scanned_history(ctx: Context, store: Store, args: argparse.Namespace) -> list[Entry]:
+    """The job's events from a scan of its shard's stream (a job's events are in its shard)."""
+    shard = shard_of(args.topic, args.id, store.shard_count)
+    start = "-"
+    if args.since is not None:
+        start = f"{parse_time_ms(args.since, store.clock.now_ms(), 'since')}-0"
+    progress = _progress(ctx, store, "reading audit stream", shard)
+    events = [
+        (entry_id, fields)
+        for entry_id, fields in progress.wrap(stream_entries(store, shard, start))
+        if fields.get("i") == args.id and fields.get("t") == args.topic
+    ]
+    progress.done()
+    return events
 
 
 # -- replay ---------------------------------------------------------------------------------

@@ -25,15 +25,11 @@ from actors.dashboard import actions, security, views
 from actors.dashboard.charts import bar_chart
 from actors.dashboard.samples import Samples
 from actors.errors import ValidationError
-from actors.replay import history
 from actors.storage.listing import LISTED_STATES
 from actors.storage.store import Store
 
 PAGE_SIZE = 50
 DEAD_SHOWN = 500
-# The job page's timeline: the newest entries per shard it searches (a full read of a long
-# stream would cost seconds; the page says when older entries were not searched).
-TIMELINE_ENTRIES = 50_000
 FLASH_COOKIE = "redelay_flash"
 STATES = [s.value for s in LISTED_STATES]
 
@@ -151,8 +147,7 @@ class Pages:
         except ValidationError as exc:
             return self.problem(request, 400, str(exc))
         info = self.store.get(topic, job_id)
-        recent = self.store.recent_audit(TIMELINE_ENTRIES)
-        entries = history(recent, topic, job_id)
+        entries = self.store.job_entries(topic, job_id)  # the per-job index: O(its events)
         return self.render(
             request,
             "job.html",
@@ -163,7 +158,6 @@ class Pages:
                 "body": None if info is None else views.pretty_body(info.body_bytes),
                 "holder": views.lease_holder(entries),
                 "timeline": views.timeline(entries),
-                "timeline_partial": self.store.audit_length() > len(recent),
             },
             200 if info is not None or entries else 404,
         )

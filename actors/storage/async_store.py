@@ -44,7 +44,7 @@ from actors.storage.namespace_config import (
     unrecorded_jobs_error,
 )
 from actors.storage.plan import KEEP_ROUNDS, ShardPlan
-from actors.storage.reads import Entry, decode_entries
+from actors.storage.reads import Entry
 from actors.storage.script_batch import WaitFor
 from actors.storage.scripts import refused_for_memory
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
@@ -52,7 +52,6 @@ from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, 
 log = logging.getLogger("actors.async_store")
 
 # A job's events are read from its shard's stream this many entries at a time.
-_AUDIT_CHUNK = 5_000
 
 
 class ServerClock(SystemClock):
@@ -214,18 +213,10 @@ class AsyncStore(ShardPlan):
         return self._jobs_page(topic, listed, positions, await self._run(shard_calls), limit)
 
     async def job_entries(self, topic: str, job_id: str) -> list[Entry]:
-        """The audit entries of the job's shard that name it, oldest first. Only its shard: the
-        scripts write a job's events to the stream of the shard that holds it."""
-        keys, _ = self._job_keys(topic, job_id)
-        found: list[Entry] = []
-        start = "-"
-        while True:
-            raw = await self.client.xrange(keys.audit, start, "+", count=_AUDIT_CHUNK)
-            entries = decode_entries(raw)
-            found += [e for e in entries if e[1].get("t") == topic and e[1].get("i") == job_id]
-            if len(entries) < _AUDIT_CHUNK:
-                return found
-            start = "(" + entries[-1][0]
+        """As :meth:`Store.job_entries`: the job's audit entries through the per-job index."""
+        keys, job = self._job_keys(topic, job_id)
+        (reply,), _ = await self._batch.run([calls.history(keys, self._now(), job)])
+        return calls.history_entries(reply)
 
 
 async def ensure_shards(client: AsyncClient, namespace: str, shards: int | None) -> int:

@@ -189,6 +189,20 @@ def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     )
 
 
+def history(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
+    """One job's audit entries, read through the shard's per-job index (lua/history-2.lua)."""
+    return ScriptCall("history", [keys.history, keys.audit], [*at.common(keys), job])
+
+
+def history_entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
+    """``history``'s reply as (entry id, fields) pairs of text, oldest first."""
+    entries: list[tuple[str, dict[str, str]]] = []
+    for entry_id, flat in reply:
+        texts = [decoded(v) for v in flat]
+        entries.append((decoded(entry_id), dict(zip(texts[::2], texts[1::2], strict=True))))
+    return entries
+
+
 def list_page(
     keys: ShardKeys,
     at: CallTime,

@@ -59,6 +59,16 @@ class ShardKeys:
         return self.prefix + c.AUDIT_KEY
 
     @property
+    def history(self) -> str:
+        """The per-job index of the audit stream (written by _lib.lua's audit())."""
+        return self.prefix + c.HISTORY_KEY
+
+    @property
+    def history_ends(self) -> str:
+        """Ended jobs by the time of their last entry, to drop their index once trimmed."""
+        return self.prefix + c.HISTORY_ENDS_KEY
+
+    @property
     def schedules(self) -> str:
         return self.prefix + c.SCHEDULES_KEY
 

@@ -652,6 +652,15 @@ class Store(ShardPlan):
         return calls.inspected(topic, job_id, reply)
 
     @_cluster_errors
+    def job_entries(self, topic: str, job_id: str) -> list[Entry]:
+        """The job's audit entries, oldest first, read through its shard's per-job index in one
+        round trip: O(its own events), whatever the stream's length. Entries retention trimmed
+        are gone; events an older redelay wrote, before the index existed, are not indexed."""
+        keys, job = self._job_keys(topic, job_id)
+        (reply,) = self._batch.run([calls.history(keys, self._now(), job)])
+        return calls.history_entries(reply)
+
+    @_cluster_errors
     def topics(self) -> list[str]:
         return sorted({decoded(t) for k in self.shard_keys for t in self.client.hkeys(k.topics)})
 

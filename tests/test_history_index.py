@@ -1,0 +1,141 @@
+"""The per-job audit index: one job's history without reading the whole stream.
+
+Each test compares what the index returns with a full scan of the stream (the reference:
+``actors.replay.history``), for jobs that are delayed, dead, acked, cancelled and added again,
+and checks that the index follows the stream's trimming instead of growing without bound.
+"""
+
+from __future__ import annotations
+
+import redis
+from _wait import wait_until
+
+from actors.clock import FakeClock
+from actors.replay import history as scanned_history
+from actors.storage.calls import decoded
+from actors.storage.store import Store
+from actors.values import AuditRetention, TopicConfig
+
+SCHEDULE = TopicConfig(retry_ms=(1_000,), lease_ms=2_000)
+
+
+def scanned(store: Store, topic: str, job_id: str) -> list[tuple[str, dict[str, str]]]:
+    return scanned_history(store.iter_audit(), topic, job_id)
+
+
+def indexed_ids(store: Store, topic: str, job_id: str) -> list[str]:
+    raw = store.client.hget(store.keys.history, f"{topic}|{job_id}")
+    return [] if raw is None else decoded(raw).split()
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def next_server_ms(client: redis.Redis) -> None:
+    """Waits for the server's clock to pass its current millisecond: entry ids are server ms,
+    and the index drops only entries strictly older than the stream's oldest."""
+    start = server_ms(client)
+    wait_until(lambda: server_ms(client) > start, what="the server clock to tick")
+
+
+def run_to_ack(store: Store, topic: str, job_id: str) -> None:
+    store.add(store.new_job(topic, job_id, {"n": 1}))
+    (lease,) = [x for x in store.lease(topic, 10) if x.id == job_id]
+    assert store.ack(topic, job_id, lease.token) == 0
+
+
+def test_history_of_a_delayed_job_comes_from_the_index(store: Store, fake_clock: FakeClock) -> None:
+    store.add(store.new_job("t", "later", {"n": 1}, delay_ms=60_000))
+    store.add(store.new_job("t", "other", {"n": 2}, delay_ms=60_000))
+    entries = store.job_entries("t", "later")
+    assert [f["e"] for _, f in entries] == ["added"]
+    assert entries == scanned(store, "t", "later")
+    assert indexed_ids(store, "t", "later") == [entries[0][0]]
+
+
+def test_history_of_acked_dead_and_cancelled_jobs_matches_a_full_scan(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    store.configure_topic("t", SCHEDULE)
+    run_to_ack(store, "t", "acked")
+    store.add(store.new_job("t", "dies", {"n": 1}))
+    (lease,) = store.lease("t", 1)
+    store.fail("t", "dies", lease.token, "boom")
+    fake_clock.advance(1_000)
+    store.carry()
+    (lease,) = store.lease("t", 1)
+    assert store.fail("t", "dies", lease.token, "boom again") == "dead"
+    store.add(store.new_job("t", "gone", {"n": 1}, delay_ms=5_000))
+    store.cancel("t", "gone")
+    store.pause("t", True)  # a topic's own event is in no job's history
+    for job_id, events in [
+        ("acked", ["added", "leased", "acked"]),
+        ("dies", ["added", "leased", "failed", "ready", "leased", "dead"]),
+        ("gone", ["added", "cancelled"]),
+    ]:
+        entries = store.job_entries("t", job_id)
+        assert [f["e"] for _, f in entries] == events, job_id
+        assert entries == scanned(store, "t", job_id), job_id
+    assert store.job_entries("t", "never") == []
+
+
+def test_a_job_added_again_after_its_end_shows_both_lives(store: Store) -> None:
+    run_to_ack(store, "t", "again")
+    run_to_ack(store, "t", "again")
+    entries = store.job_entries("t", "again")
+    assert [f["e"] for _, f in entries] == ["added", "leased", "acked"] * 2
+    assert entries == scanned(store, "t", "again")
+
+
+def test_the_index_of_an_ended_job_goes_once_the_stream_trimmed_its_entries(
+    store: Store,
+) -> None:
+    run_to_ack(store, "t", "old")
+    store.add(store.new_job("t", "waiting", {"n": 1}, delay_ms=60_000))
+    next_server_ms(store.client)
+    run_to_ack(store, "t", "new")
+    store.client.xtrim(
+        store.keys.audit, minid=store.job_entries("t", "new")[0][0], approximate=False
+    )
+    assert scanned(store, "t", "old") == [] and indexed_ids(store, "t", "old") != []
+    next_server_ms(store.client)
+    run_to_ack(store, "t", "trigger")  # a script that ends a job drops trimmed indexes
+    assert indexed_ids(store, "t", "old") == []
+    assert store.client.zscore(store.keys.history_ends, "t|old") is None
+    # A live job keeps its index, even with its entries trimmed: nothing ended it.
+    assert indexed_ids(store, "t", "waiting") != []
+    assert [f["e"] for _, f in store.job_entries("t", "new")] == ["added", "leased", "acked"]
+
+
+def test_a_job_added_again_keeps_the_ids_of_its_new_life_when_its_old_one_is_trimmed(
+    store: Store,
+) -> None:
+    run_to_ack(store, "t", "phoenix")
+    next_server_ms(store.client)
+    store.add(store.new_job("t", "phoenix", {"n": 2}, delay_ms=60_000))
+    new_life = store.job_entries("t", "phoenix")[-1][0]
+    store.client.xtrim(store.keys.audit, minid=new_life, approximate=False)
+    next_server_ms(store.client)
+    run_to_ack(store, "t", "trigger")
+    assert indexed_ids(store, "t", "phoenix") == [new_life]
+    assert [f["e"] for _, f in store.job_entries("t", "phoenix")] == ["added"]
+
+
+def test_the_index_stays_bounded_by_retention_not_by_jobs_run(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    store = Store(redis_client, "bounded", fake_clock, retention=AuditRetention("MAXLEN", 50))
+    for batch in range(15):
+        for j in range(20):
+            run_to_ack(store, "t", f"b{batch}-{j}")
+        next_server_ms(redis_client)
+    jobs_run = 15 * 20
+    indexed = int(redis_client.hlen(store.keys.history))
+    ended = int(redis_client.zcard(store.keys.history_ends))
+    # The stream keeps its newest ~50 to ~150 entries (whole nodes of 100), 3 per job: the
+    # index keeps those jobs and at most one batch whose millisecond is the oldest kept.
+    stream_jobs = int(redis_client.xlen(store.keys.audit)) // 3 + 1
+    assert indexed <= stream_jobs + 20 < jobs_run, (indexed, stream_jobs)
+    assert ended == indexed

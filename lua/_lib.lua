@@ -12,7 +12,7 @@
 -- @constant READY_CHANNEL
 -- @constant SLOT_PROBE_KEY
 -- @constant HISTORY_KEY
--- @constant HISTORY_ENDS_KEY
+-- @constant HISTORY_CURSOR_KEY
 local rcall = redis.call
 local now_ms = tonumber(ARGV[1])
 local trim_kind = ARGV[2]
@@ -47,12 +47,13 @@ end
 local minid_trimmed = false
 
 -- The per-job index of the audit stream (<prefix>history): member -> the ids of its entries,
--- oldest first, so one job's history is read in time proportional to its own events. Written
--- here, in the script that writes the entry. An ended job's index is kept while the stream may
--- still hold its entries: <prefix>history-ends orders ended jobs by the time of their last entry,
--- and the function below drops those whose every entry the stream's trim has removed.
+-- oldest first, space separated, so one job's history is read in time proportional to its own
+-- events. Written here, in the script that writes the entry. The index follows the stream's
+-- retention: the scripts that end jobs sweep it a few fields at a time (HSCAN, from the cursor
+-- kept in <prefix>history-cursor) and drop every job whose newest entry is older than the
+-- stream's oldest, as its entries are all trimmed.
 local history_key = prefix .. HISTORY_KEY
-local history_ends_key = prefix .. HISTORY_ENDS_KEY
+local history_cursor_key = prefix .. HISTORY_CURSOR_KEY
 local END_EVENTS = {acked = true, cancelled = true, purged = true}
 local ends_in_call = 0
 local last_stream = nil
@@ -65,41 +66,33 @@ local function index_entry(member, id, event, entry_id)
   if id == '' then return end  -- a topic's own event (pause, resume) names no job
   local ids = rcall('HGET', history_key, member)
   rcall('HSET', history_key, member, ids and (ids .. ' ' .. entry_id) or entry_id)
-  if END_EVENTS[event] then
-    rcall('ZADD', history_ends_key, entry_ms(entry_id), member)
-    ends_in_call = ends_in_call + 1
-  end
+  if END_EVENTS[event] then ends_in_call = ends_in_call + 1 end
 end
 
--- Drops the index of ended jobs whose entries are all older than the stream's oldest entry (so
--- trimmed), a few more than this call ended, so the index follows the stream's retention. Called
--- at the end of the scripts that end jobs; a job added again after its end keeps the ids of its
--- new life.
+-- One step of the sweep: examines about twice as many index fields as this call ended jobs, plus
+-- 8, so a full pass over the index takes about as many ended jobs as half the index's size.
 local function forget_trimmed_histories()
   if ends_in_call == 0 or last_stream == nil then return end
+  local budget = 2 * ends_in_call + 8
+  ends_in_call = 0
   local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
   if #oldest == 0 then return end
   local cutoff_ms = entry_ms(oldest[1][1])
-  local stale = rcall('ZRANGEBYSCORE', history_ends_key, '-inf', '(' .. cutoff_ms,
-    'LIMIT', 0, 2 * ends_in_call + 8)
-  if #stale == 0 then return end
-  local lists = rcall('HMGET', history_key, unpack(stale))
-  for j, member in ipairs(stale) do
-    local ids = lists[j]
-    if ids then
-      local kept = {}
-      for entry_id in string.gmatch(ids, '%S+') do
-        if entry_ms(entry_id) >= cutoff_ms then kept[#kept + 1] = entry_id end
-      end
-      if #kept == 0 then
-        rcall('HDEL', history_key, member)
-      else
-        rcall('HSET', history_key, member, table.concat(kept, ' '))
-      end
-    end
+  local page = rcall('HSCAN', history_key, rcall('GET', history_cursor_key) or '0',
+    'COUNT', budget)
+  local found, stale = page[2], {}
+  for j = 1, #found, 2 do
+    local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$'))
+    if newest_ms < cutoff_ms then stale[#stale + 1] = found[j] end
   end
-  rcall('ZREM', history_ends_key, unpack(stale))
-  ends_in_call = 0
+  for first = 1, #stale, 1000 do
+    rcall('HDEL', history_key, unpack(stale, first, math.min(first + 999, #stale)))
+  end
+  if page[1] == '0' then
+    rcall('DEL', history_cursor_key)
+  else
+    rcall('SET', history_cursor_key, page[1])
+  end
 end
 
 -- Appends one audit event, and its id to the job's index; `fields` is a flat list of name,

@@ -65,7 +65,6 @@ class Size:
     fill_s: float
     redis_cpu_us_per_entry: float
     index_bytes: int
-    index_ends_bytes: int
     stream_bytes: int
     indexed_jobs: int
     cli_help_median_s: float
@@ -162,7 +161,6 @@ def measure_size(url: str, namespace: str, entries: int, api_calls: int, cli_run
             fill_s=fill_s,
             redis_cpu_us_per_entry=cpu_us,
             index_bytes=int(store.client.memory_usage(keys.history) or 0),
-            index_ends_bytes=int(store.client.memory_usage(keys.history_ends) or 0),
             stream_bytes=int(store.client.memory_usage(keys.audit) or 0),
             indexed_jobs=int(store.client.hlen(keys.history)),
             cli_help_median_s=help_s,
@@ -177,8 +175,8 @@ def measure_size(url: str, namespace: str, entries: int, api_calls: int, cli_run
 def report(size: Size) -> str:
     lines = [
         f"stream of {size.entries:,} entries (filled in {size.fill_s:.1f}s, Redis CPU "
-        f"{size.redis_cpu_us_per_entry:.1f} us/entry); index {size.index_bytes / 1e6:.1f} MB + "
-        f"ends {size.index_ends_bytes / 1e6:.1f} MB for {size.indexed_jobs:,} jobs "
+        f"{size.redis_cpu_us_per_entry:.1f} us/entry); index {size.index_bytes / 1e6:.1f} MB for "
+        f"{size.indexed_jobs:,} jobs "
         f"(stream {size.stream_bytes / 1e6:.1f} MB)",
     ]
     for p in size.probes:

@@ -288,7 +288,7 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
             "SLOT_PROBE_KEY",
             "SCHEDULES_KEY",
             "HISTORY_KEY",
-            "HISTORY_ENDS_KEY",
+            "HISTORY_CURSOR_KEY",
         ]
     )
 

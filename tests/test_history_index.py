@@ -2,21 +2,41 @@
 
 Each test compares what the index returns with a full scan of the stream (the reference:
 ``actors.replay.history``), for jobs that are delayed, dead, acked, cancelled and added again,
-and checks that the index follows the stream's trimming instead of growing without bound.
+and checks that the index follows the stream's trimming instead of growing without bound. On
+every Redis the suite has (the sweep runs HSCAN inside a script, which Redis 6.2 allows too).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import pytest
 import redis
 from _wait import wait_until
+from conftest import redis_binaries
 
 from actors.clock import FakeClock
 from actors.replay import history as scanned_history
+from actors.server.embedded import RedisProcess
 from actors.storage.calls import decoded
 from actors.storage.store import Store
 from actors.values import AuditRetention, TopicConfig
 
 SCHEDULE = TopicConfig(retry_ms=(1_000,), lease_ms=2_000)
+
+
+@pytest.fixture(params=redis_binaries())
+def redis_client(
+    request: pytest.FixtureRequest, redis_factory: Callable[..., RedisProcess]
+) -> Iterator[redis.Redis]:
+    client = redis_factory(binary=request.param).client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis, fake_clock: FakeClock) -> Store:
+    return Store(redis_client, "test", fake_clock)
 
 
 def scanned(store: Store, topic: str, job_id: str) -> list[tuple[str, dict[str, str]]]:
@@ -103,13 +123,14 @@ def test_the_index_of_an_ended_job_goes_once_the_stream_trimmed_its_entries(
     next_server_ms(store.client)
     run_to_ack(store, "t", "trigger")  # a script that ends a job drops trimmed indexes
     assert indexed_ids(store, "t", "old") == []
-    assert store.client.zscore(store.keys.history_ends, "t|old") is None
-    # A live job keeps its index, even with its entries trimmed: nothing ended it.
-    assert indexed_ids(store, "t", "waiting") != []
+    # A live job whose entries were all trimmed goes too: the stream holds none of them.
+    assert indexed_ids(store, "t", "waiting") == []
+    store.cancel("t", "waiting")
+    assert [f["e"] for _, f in store.job_entries("t", "waiting")] == ["cancelled"]
     assert [f["e"] for _, f in store.job_entries("t", "new")] == ["added", "leased", "acked"]
 
 
-def test_a_job_added_again_keeps_the_ids_of_its_new_life_when_its_old_one_is_trimmed(
+def test_a_job_added_again_keeps_its_index_while_its_new_life_is_in_the_stream(
     store: Store,
 ) -> None:
     run_to_ack(store, "t", "phoenix")
@@ -119,7 +140,8 @@ def test_a_job_added_again_keeps_the_ids_of_its_new_life_when_its_old_one_is_tri
     store.client.xtrim(store.keys.audit, minid=new_life, approximate=False)
     next_server_ms(store.client)
     run_to_ack(store, "t", "trigger")
-    assert indexed_ids(store, "t", "phoenix") == [new_life]
+    # Its ids of the old life stay in the field until it goes; reading skips them.
+    assert new_life in indexed_ids(store, "t", "phoenix")
     assert [f["e"] for _, f in store.job_entries("t", "phoenix")] == ["added"]
 
 
@@ -133,9 +155,7 @@ def test_the_index_stays_bounded_by_retention_not_by_jobs_run(
         next_server_ms(redis_client)
     jobs_run = 15 * 20
     indexed = int(redis_client.hlen(store.keys.history))
-    ended = int(redis_client.zcard(store.keys.history_ends))
     # The stream keeps its newest ~50 to ~150 entries (whole nodes of 100), 3 per job: the
     # index keeps those jobs and at most one batch whose millisecond is the oldest kept.
     stream_jobs = int(redis_client.xlen(store.keys.audit)) // 3 + 1
     assert indexed <= stream_jobs + 20 < jobs_run, (indexed, stream_jobs)
-    assert ended == indexed

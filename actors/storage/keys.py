@@ -64,9 +64,9 @@ class ShardKeys:
         return self.prefix + c.HISTORY_KEY
 
     @property
-    def history_ends(self) -> str:
-        """Ended jobs by the time of their last entry, to drop their index once trimmed."""
-        return self.prefix + c.HISTORY_ENDS_KEY
+    def history_cursor(self) -> str:
+        """The HSCAN cursor of the sweep that drops trimmed jobs from the history index."""
+        return self.prefix + c.HISTORY_CURSOR_KEY
 
     @property
     def schedules(self) -> str:

@@ -521,6 +521,20 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert compare(self.replay, snapshot) == []
         self.clean = True
 
+    @invariant()
+    def the_history_index_names_every_entry_of_each_job(self) -> None:
+        """The per-job index holds, for every job, exactly the ids a scan of the stream finds
+        (nothing is trimmed here), so history through the index is the stream's history."""
+        scanned: dict[str, list[str]] = {}
+        for entry_id, fields in self.store.iter_audit():
+            if fields["i"]:  # topic events (pause, resume) name no job
+                scanned.setdefault(f"{fields['t']}|{fields['i']}", []).append(entry_id)
+        indexed = {
+            _s(member): _s(ids).split()
+            for member, ids in self.client.hgetall(self.store.keys.history).items()
+        }
+        assert indexed == scanned
+
     # -- the end: drain, then at-least-once -----------------------------------------------
 
     def teardown(self) -> None:

@@ -2,9 +2,10 @@
 
 Adds ``--jobs`` delayed jobs (due in the future, so they stay pending) with JSON bodies of
 ``--body-bytes`` bytes, and reports INFO ``used_memory`` deltas: with the audit stream, and again
-after deleting the audit key, so the cost of the job itself and of its ``added`` event are told
-apart. Then ``--lifecycle-jobs`` jobs run to completion (added, carried, leased, acked) in another
-namespace, to measure what a finished job leaves in the audit stream. One ``--seed`` drives the
+after deleting the audit key and the per-job history index, so the cost of the job itself and
+of its ``added`` event are told apart. Then ``--lifecycle-jobs`` jobs run to completion (added,
+carried, leased, acked) in another namespace, to measure what a finished job leaves in the audit
+stream and its index. One ``--seed`` drives the
 ids and due times, so a run is repeatable.
 
     python -m simulations.measure_memory            # 100,000 jobs, ~100-byte bodies
@@ -57,6 +58,8 @@ class Result:
     lifecycle_jobs: int
     lifecycle_audit_entries: int
     lifecycle_per_audit_entry_bytes: float
+    per_job_history_index_bytes: float  # MEMORY USAGE of <prefix>history per pending job
+    lifecycle_history_index_bytes_per_job: float  # the same per job run to completion
 
 
 def body_of_size(body_bytes: int, n: int) -> dict[str, object]:
@@ -104,8 +107,9 @@ def add_jobs(store: Store, jobs: int, body_bytes: int, rng: random.Random) -> fl
     return time.perf_counter() - started
 
 
-def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int, int]:
-    """Runs jobs through added, ready, leased, acked; returns (audit entries, audit bytes)."""
+def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int, int, int]:
+    """Runs jobs through added, ready, leased, acked; returns (audit entries, audit bytes, bytes
+    of the per-job history index)."""
     clock = FakeClock()
     store = Store(client, LIFECYCLE_NAMESPACE, clock)
     for first in range(0, jobs, BATCH_JOBS):
@@ -119,7 +123,8 @@ def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int
         leases = store.lease(TOPIC, BATCH_JOBS, consumer="measure")
         store.ack_many([(lease.topic, lease.id, lease.token) for lease in leases])
     entries = int(client.xlen(store.keys.audit))
-    return entries, int(client.memory_usage(store.keys.audit, samples=0) or 0)
+    index_bytes = int(client.memory_usage(store.keys.history, samples=0) or 0)
+    return entries, int(client.memory_usage(store.keys.audit, samples=0) or 0), index_bytes
 
 
 def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Result:
@@ -137,11 +142,12 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
             with_audit = used_memory_bytes(client)
             usage = key_usage_bytes(client, store)
             audit_entries = int(client.xlen(store.keys.audit))
-            client.delete(store.keys.audit)
+            # The per-job history index is part of the audit trail: it goes with the stream.
+            client.delete(store.keys.audit, store.keys.history)
             without_audit = used_memory_bytes(client)
-            lifecycle_entries, lifecycle_bytes = (0, 0)
+            lifecycle_entries, lifecycle_bytes, lifecycle_index = (0, 0, 0)
             if lifecycle_jobs:
-                lifecycle_entries, lifecycle_bytes = run_lifecycles(
+                lifecycle_entries, lifecycle_bytes, lifecycle_index = run_lifecycles(
                     client, lifecycle_jobs, body_bytes
                 )
             client.close()
@@ -164,6 +170,8 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
         lifecycle_jobs=lifecycle_jobs,
         lifecycle_audit_entries=lifecycle_entries,
         lifecycle_per_audit_entry_bytes=round(lifecycle_bytes / max(1, lifecycle_entries), 1),
+        per_job_history_index_bytes=round(usage.get("history", 0) / jobs, 1),
+        lifecycle_history_index_bytes_per_job=round(lifecycle_index / max(1, lifecycle_jobs), 1),
     )
 
 
@@ -185,8 +193,12 @@ def report(result: Result) -> str:
         lines.append(
             f"  {result.lifecycle_jobs} jobs run to completion left "
             f"{result.lifecycle_audit_entries} audit entries, "
-            f"{result.lifecycle_per_audit_entry_bytes:,.1f} bytes each (MEMORY USAGE)"
+            f"{result.lifecycle_per_audit_entry_bytes:,.1f} bytes each (MEMORY USAGE), and "
+            f"{result.lifecycle_history_index_bytes_per_job:,.1f} bytes of history index per job"
         )
+    lines.append(
+        f"  history index per pending job {result.per_job_history_index_bytes:>12,.1f} bytes"
+    )
     return "\n".join(lines)
 
 

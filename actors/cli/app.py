@@ -16,9 +16,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-import redis
-
-from actors import __version__
 from actors.cli import audit as _cli_audit
 from actors.cli import dashboard as _cli_dashboard
 from actors.cli import dead as _cli_dead
@@ -85,6 +82,8 @@ class _Version(argparse.Action):
         self.json_output = json_output
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        from actors import __version__  # read from the installed metadata: only when asked
+
         if self.json_output:
             print_json({"version": __version__})
         else:
@@ -265,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.command != "worker":
         signal.signal(signal.SIGTERM, _terminate)
+    # Imported once a command runs (it connects anyway): --help and usage errors skip redis-py,
+    # which takes a third of a second to import.
+    import redis
+
     try:
         code: int = args.run(ctx, args)
         return code

@@ -8,15 +8,19 @@ dashboard. Each check runs in a fresh interpreter: this test process has importe
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 import redis
 
+from actors.cli import app
+from actors.cli.app import Parser, UsageError
 from actors.clock import SystemClock
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -42,21 +46,19 @@ HEAVY = (
     "cronsim",
 )
 
-# Prints, as JSON, the loaded modules that are HEAVY (or redis itself) after the code before it.
+# Prints, as JSON, the loaded modules in ``watch`` (or below one) once the code before it ran.
 REPORT = """
 import json, sys
-heavy = {heavy!r}
-loaded = sorted(
-    m for m in sys.modules
-    if m == "redis" or any(m == h or m.startswith(h + ".") for h in heavy)
-)
-print(json.dumps(loaded))
+watch = {watch!r}
+loaded = [m for m in sys.modules if any(m == w or m.startswith(w + ".") for w in watch)]
+print(json.dumps(sorted(loaded)))
 """
 
 
-def loaded_after(code: str, *argv: str) -> list[str]:
-    """The heavy modules a fresh interpreter has loaded once ``code`` ran (from the checkout)."""
-    script = textwrap.dedent(code) + REPORT.format(heavy=HEAVY)
+def loaded_after(code: str, *argv: str, watch: Iterable[str] = (*HEAVY, "redis")) -> list[str]:
+    """The modules of ``watch`` (default: HEAVY and redis-py), with their submodules, that a
+    fresh interpreter has loaded once ``code`` ran (from the checkout)."""
+    script = textwrap.dedent(code) + REPORT.format(watch=tuple(sorted(watch)))
     result = subprocess.run(
         [sys.executable, "-c", script, *argv],
         capture_output=True,
@@ -118,6 +120,8 @@ def test_history_imports_only_what_redis_itself_does(
     loaded = set(loaded_after(code, redis_server.url))
     assert "redis" in loaded  # it did connect
     assert loaded - redis_imports_on_its_own() == set()
+    others = {f"actors.cli.{m}" for m in app.COMMAND_MODULES.values()} - {"actors.cli.audit"}
+    assert set(loaded_after(code, redis_server.url, watch=others)) == set()
 
 
 def test_import_actors_imports_its_names_when_first_used() -> None:
@@ -149,3 +153,67 @@ def test_every_public_name_and_the_version_resolve() -> None:
         actors.DelayQeue  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(ImportError):
         from actors import DelayQeue  # type: ignore[attr-defined]  # noqa: F401
+
+
+def test_each_command_is_defined_by_the_module_the_table_names() -> None:
+    for module in set(app.COMMAND_MODULES.values()):
+        sub = Parser().add_subparsers()
+        importlib.import_module(f"actors.cli.{module}").add_parsers(sub, Parser(add_help=False))
+        named = [c for c, m in app.COMMAND_MODULES.items() if m == module]
+        assert list(sub.choices) == named, module
+    assert app.subcommand_names() == [*app.INLINE_COMMANDS, *app.COMMAND_MODULES]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "orders", "o-1", "--since=-1h", "--json"],
+        ["--json", "--redis", "redis://h:1", "get", "orders", "o-1"],
+        ["--redis=redis://h:1", "stats"],
+        ["--namespace", "history", "stats"],  # a namespace called like a command
+        ["--nam", "history", "history", "orders", "o-1"],  # an option's prefix, then the command
+        ["--data-dir", "d", "dead", "requeue", "--all"],
+        ["worker", "app:queue", "--grace", "3"],
+        ["demo", "--orders", "3"],
+        ["schedules", "add", "nightly", "reports", "--cron", "0 3 * * *"],
+    ],
+)
+def test_parsing_one_command_reads_the_line_as_the_whole_parser_does(argv: list[str]) -> None:
+    assert vars(app.parse(argv, json_output=False)) == vars(app.build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history"],
+        ["history", "orders", "o-1", "--version"],
+        ["--namespace", "history", "nonsense"],
+        ["nonsense"],
+        ["stats", "--limit", "3"],
+    ],
+)
+def test_a_refused_line_gets_the_whole_parsers_message(argv: list[str]) -> None:
+    with pytest.raises(UsageError) as whole:
+        app.build_parser().parse_args(argv)
+    with pytest.raises(UsageError) as parsed:
+        app.parse(argv, json_output=False)
+    assert (str(parsed.value), parsed.value.usage) == (str(whole.value), whole.value.usage)
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["history", "t", "1"], "history"),
+        (["--redis", "redis://h:1", "--namespace=n", "--json", "get", "t", "1"], "get"),
+        (["--namespace", "stats", "history", "t", "1"], "history"),
+        (["--help", "history"], None),  # the top-level help, which lists every command
+        (["-h"], None),
+        (["--he"], None),
+        (["nonsense", "history"], None),
+        ([], None),
+    ],
+)
+def test_the_command_word_is_found_past_options_and_their_values(
+    argv: list[str], command: str | None
+) -> None:
+    assert app.command_word(argv) == command

@@ -23,8 +23,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
 from actors import _constants as c
 from actors import _validation as validation
 from actors.errors import ValidationError
@@ -102,6 +100,10 @@ def zone(value: object, field: str = "tz") -> ZoneInfo:
 def check_cron(value: object, field: str = "cron") -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(field, "must be a cron expression", "five fields, e.g. '0 3 * * *'")
+    # cronsim is imported where a cron is read: the store imports this module, and commands
+    # that never touch a schedule (redelay history, get, ...) should not pay for it.
+    from cronsim import CronSim, CronSimError
+
     try:
         CronSim(value, datetime.now(UTC))
     except CronSimError as exc:
@@ -165,6 +167,8 @@ def occurrences(spec: ScheduleSpec, after_ms: int, n: int, anchor_ms: int) -> li
         k = max(0, (floor_ms - anchor_ms) // step + 1)
         return [anchor_ms + (k + j) * step for j in range(n)]
     assert spec.cron is not None
+    from cronsim import CronSim  # as in check_cron: only when a cron is evaluated
+
     start = datetime.fromtimestamp(floor_ms / 1000, ZoneInfo(spec.tz))
     found: list[int] = []
     for when in CronSim(spec.cron, start):

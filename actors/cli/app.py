@@ -8,6 +8,7 @@ Exit codes are in :class:`actors.cli.output.Exit` and docs/cli.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -16,19 +17,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-import redis
-
-from actors import __version__
-from actors.cli import audit as _cli_audit
-from actors.cli import dashboard as _cli_dashboard
-from actors.cli import dead as _cli_dead
-from actors.cli import jobs as _cli_jobs
-from actors.cli import listing as _cli_listing
-from actors.cli import metrics as _cli_metrics
-from actors.cli import schedules as _cli_schedules
-from actors.cli import simulate as _cli_simulate
-from actors.cli import topics as _cli_topics
-from actors.cli import workers as _cli_workers
 from actors.cli.context import ENV_DATA_DIR, ENV_NAMESPACE, ENV_URL, Context, not_redis
 from actors.cli.output import CliError, Exit, print_json
 from actors.errors import ConfigError, RedisFullError, ValidationError
@@ -85,6 +73,8 @@ class _Version(argparse.Action):
         self.json_output = json_output
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        from actors import __version__  # read from the installed metadata: only when asked
+
         if self.json_output:
             print_json({"version": __version__})
         else:
@@ -93,6 +83,32 @@ class _Version(argparse.Action):
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# The module (actors.cli.<module>) that defines each subcommand, in the order of --help after
+# demo and worker (defined here). A command line whose command is found is parsed by a parser of
+# that command alone, so only its module is imported (tests/test_cli_imports.py checks this
+# table against the modules).
+COMMAND_MODULES: dict[str, str] = {
+    "add": "jobs",
+    "cancel": "jobs",
+    "get": "jobs",
+    "stats": "jobs",
+    "jobs": "listing",
+    "dead": "dead",
+    "history": "audit",
+    "replay": "audit",
+    "verify": "audit",
+    "metrics": "metrics",
+    "simulate": "simulate",
+    "workers": "workers",
+    "dashboard": "dashboard",
+    "schedules": "schedules",
+    "pause": "topics",
+    "resume": "topics",
+}
+INLINE_COMMANDS = ("demo", "worker")
+# The options before the command that take a value (argparse also accepts their prefixes).
+VALUE_OPTIONS = ("--redis", "--namespace", "--data-dir")
 
 
 def _common_options() -> Parser:
@@ -130,8 +146,9 @@ def _common_options() -> Parser:
     return common
 
 
-def build_parser(json_output: bool = False) -> Parser:
-    """The whole command line; ``json_output``: --version prints JSON (it runs mid-parse)."""
+def build_parser(json_output: bool = False, command: str | None = None) -> Parser:
+    """The whole command line, or with ``command`` only that subcommand's (the others' modules
+    are not imported); ``json_output``: --version prints JSON (it runs mid-parse)."""
     common = _common_options()
     parser = Parser(
         prog="redelay",
@@ -144,7 +161,20 @@ def build_parser(json_output: bool = False) -> Parser:
         "--version", action=_Version, json_output=json_output, help="print the version and exit"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if command in (None, "demo"):
+        _add_demo(sub, common)
+    if command in (None, "worker"):
+        _add_worker(sub, common)
+    if command is None:
+        modules = list(dict.fromkeys(COMMAND_MODULES.values()))
+    else:
+        modules = [COMMAND_MODULES[command]] if command in COMMAND_MODULES else []
+    for module in modules:
+        importlib.import_module(f"actors.cli.{module}").add_parsers(sub, common)
+    return parser
 
+
+def _add_demo(sub: Any, common: Parser) -> None:
     p = sub.add_parser(
         "demo",
         parents=[common],
@@ -157,6 +187,8 @@ def build_parser(json_output: bool = False) -> Parser:
     p.add_argument("--speed", type=float, default=100.0, help="schedule divisor (default 100)")
     p.set_defaults(run=_run_demo)
 
+
+def _add_worker(sub: Any, common: Parser) -> None:
     p = sub.add_parser(
         "worker",
         parents=[common],
@@ -191,18 +223,6 @@ def build_parser(json_output: bool = False) -> Parser:
     )
     p.set_defaults(run=_run_worker)
 
-    _cli_jobs.add_parsers(sub, common)
-    _cli_listing.add_parsers(sub, common)
-    _cli_dead.add_parsers(sub, common)
-    _cli_audit.add_parsers(sub, common)
-    _cli_metrics.add_parsers(sub, common)
-    _cli_simulate.add_parsers(sub, common)
-    _cli_workers.add_parsers(sub, common)
-    _cli_dashboard.add_parsers(sub, common)
-    _cli_schedules.add_parsers(sub, common)
-    _cli_topics.add_parsers(sub, common)
-    return parser
-
 
 def subcommand_names() -> list[str]:
     """Every subcommand, in the order of ``--help`` (the docs test checks each is documented)."""
@@ -210,6 +230,41 @@ def subcommand_names() -> list[str]:
         if isinstance(action, argparse._SubParsersAction):
             return list(action.choices)
     return []
+
+
+def command_word(words: Sequence[str]) -> str | None:
+    """The subcommand on the command line: the first word that is neither an option nor the
+    value of one. None when a help option comes first (the full --help lists every command), or
+    when no known command is found."""
+    expect_value = False
+    for word in words:
+        if expect_value:
+            expect_value = False
+        elif (
+            word == "--" or word.startswith("-h") or (len(word) >= 3 and "--help".startswith(word))
+        ):
+            return None
+        elif word.startswith("-"):
+            expect_value = "=" not in word and any(
+                len(word) >= 3 and option.startswith(word) for option in VALUE_OPTIONS
+            )
+        else:
+            return word if word in COMMAND_MODULES or word in INLINE_COMMANDS else None
+    return None
+
+
+def parse(words: Sequence[str], json_output: bool) -> argparse.Namespace:
+    """Parses with the parser of the command on the line alone, so that only its module is
+    imported. Whatever that parser refuses is parsed again by the whole one, so a wrong guess
+    (an option's value taken for the command) costs time, never a different result: where the
+    smaller parser succeeds, the whole one reads the line the same way."""
+    command = command_word(words)
+    if command is not None:
+        try:
+            return build_parser(json_output, command).parse_args(words)
+        except UsageError:
+            pass
+    return build_parser(json_output).parse_args(words)
 
 
 def _run_demo(ctx: Context, args: argparse.Namespace) -> int:
@@ -254,7 +309,7 @@ def _join_relative_times(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     words = _join_relative_times(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser(json_requested(words)).parse_args(words)
+        args = parse(words, json_requested(words))
     except UsageError as exc:
         print(exc.usage, end="", file=sys.stderr)
         return _fail(json_requested(words), exc)
@@ -265,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.command != "worker":
         signal.signal(signal.SIGTERM, _terminate)
+    # Imported once a command runs (it connects anyway): --help and usage errors skip redis-py,
+    # which takes a third of a second to import.
+    import redis
+
     try:
         code: int = args.run(ctx, args)
         return code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.cli.context import Context
 from actors.cli.output import (
@@ -27,8 +27,10 @@ from actors.cli.output import (
 )
 from actors.replay import Drift, Replay, compare, fold
 from actors.storage.keys import shard_of
-from actors.storage.store import Store
 from actors.values import Snapshot
+
+if TYPE_CHECKING:  # the store (and redis-py) comes with ctx.store(), not with the parser
+    from actors.storage.store import Store
 
 Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000

@@ -1,4 +1,9 @@
-"""Where a command's Redis comes from: --redis / REDELAY_REDIS_URL, else the embedded default."""
+"""Where a command's Redis comes from: --redis / REDELAY_REDIS_URL, else the embedded default.
+
+redis-py, the store and the embedded server are imported when a command first connects, not
+here: every subcommand module imports this one, and ``redelay --help`` (or a usage error) should
+not pay for them (tests/test_cli_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,16 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
-
-import redis
+from typing import TYPE_CHECKING
 
 from actors.cli.output import CliError, Exit, command_line
-from actors.clock import RedisSyncedClock
 from actors.errors import ConfigError, RedisServerNotFound
-from actors.server.embedded_default import DEFAULT_DATA_DIR, EmbeddedServer, start_embedded
-from actors.storage.namespace_config import stored_shards
-from actors.storage.store import Store, open_store
-from actors.storage.topology import RedisClient, connect
+
+if TYPE_CHECKING:
+    from actors.clock import RedisSyncedClock
+    from actors.server.embedded_default import EmbeddedServer
+    from actors.storage.store import Store
+    from actors.storage.topology import RedisClient
 
 ENV_URL = "REDELAY_REDIS_URL"
 ENV_NAMESPACE = "REDELAY_NAMESPACE"
@@ -36,6 +41,8 @@ def namespace(args: argparse.Namespace) -> str:
 
 
 def data_dir(args: argparse.Namespace) -> str:
+    from actors.server.embedded_default import DEFAULT_DATA_DIR
+
     return getattr(args, "data_dir", None) or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR
 
 
@@ -64,6 +71,11 @@ class Context:
     def client(self) -> RedisClient:
         if self._client is not None:
             return self._client
+        import redis
+
+        from actors.server.embedded_default import start_embedded
+        from actors.storage.topology import connect
+
         url = redis_url(self.args)
         if url is None:
             try:
@@ -91,6 +103,10 @@ class Context:
     def store(self) -> Store:
         """The namespace's store: one shard, or every shard when it was created sharded."""
         if self._store is None:
+            from actors.clock import RedisSyncedClock
+            from actors.storage.namespace_config import stored_shards
+            from actors.storage.store import open_store
+
             client = self.client()
             # Jobs are due on the Redis server's clock, whatever this machine's clock says.
             self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)  # type: ignore[arg-type]

@@ -11,12 +11,14 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from actors.lifecycle import LIVE_STATES_IN_ORDER
-from actors.replay import Drift, ReplayedJob
-from actors.schedules import ScheduleInfo
-from actors.values import JobInfo
+
+if TYPE_CHECKING:  # only annotations: every subcommand imports this module, keep it light
+    from actors.replay import Drift, ReplayedJob
+    from actors.schedules import ScheduleInfo
+    from actors.values import JobInfo
 
 T = TypeVar("T")
 

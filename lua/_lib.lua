@@ -5,9 +5,9 @@
 --   ARGV[3] audit trim threshold (approximate, `~`): entries to keep for MAXLEN; for MINID, how
 --           many ms of history to keep before the newest entry's id (the server's clock, so a
 --           skewed caller can never trim the entry it just wrote)
---   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists, and
---           the per-job history index every audit() call writes: no script declares those in
---           KEYS, and all carry the shard's hash tag, so they are in the slot of its keys)
+--   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists and
+--           the per-job history index each audit entry also goes to: no script declares those
+--           in KEYS, and all carry the shard's hash tag, so they are in the slot of its keys)
 -- A job is a member string "<topic>|<id>"; topics never contain "|", so the first "|" splits it.
 -- Key names the scripts build from the prefix, defined once in actors/_constants.py:
 -- @constant READY_KEY_PREFIX

@@ -10,11 +10,18 @@ job whose history was trimmed is the one the entry names or the only one the tab
 Replay is exact only when the stream still holds every event since the oldest live job was added;
 retention trims approximately, so a job whose first events were trimmed shows as ``partial``, and
 a live job created before the oldest event left is not reported as drift by :func:`compare`.
+
+A fold's memory grows with the live jobs, not with the stream: ended jobs are only counted per
+end state (``ended_counts``), and the keys of the newest ``ENDED_MEMORY`` of them are remembered
+(``recently_ended``, oldest forgotten first) to flag an event that follows a job's ack or cancel.
+Such an anomaly is therefore caught only when the job ended within the last ``ENDED_MEMORY``
+ends before it; an older one looks like trimmed history and the job restarts as ``partial``. The
+first ``ANOMALIES_KEPT`` anomaly texts are kept and the rest only counted (``anomaly_count``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -38,6 +45,11 @@ from actors.values import Snapshot
 Key = tuple[str, str]
 Entry = tuple[str, dict[str, str]]
 
+# Ended jobs whose keys a fold remembers, to flag events after their end: at ~300 bytes a key,
+# about 30 MB however long the stream.
+ENDED_MEMORY = 100_000
+ANOMALIES_KEPT = 1_000  # anomaly texts a fold keeps; the rest are only counted
+
 
 @dataclass
 class ReplayedJob:
@@ -55,8 +67,13 @@ class ReplayedJob:
 @dataclass
 class Replay:
     jobs: dict[Key, ReplayedJob] = field(default_factory=dict)
-    ended: dict[Key, State] = field(default_factory=dict)
-    anomalies: list[str] = field(default_factory=list)
+    # Ends per end state: a (topic, id) added again after it ended and ending again counts twice.
+    ended_counts: Counter[State] = field(default_factory=Counter)
+    # The newest ended jobs' end states, oldest first; OrderedDict drops its oldest in O(1).
+    recently_ended: OrderedDict[Key, State] = field(default_factory=OrderedDict)
+    ended_memory: int = ENDED_MEMORY
+    anomalies: list[str] = field(default_factory=list)  # the first ANOMALIES_KEPT
+    anomaly_count: int = 0  # every anomaly, kept or not
     events: int = 0
     last_ms: int = 0
     first_ms: int | None = None  # time of the oldest event replayed
@@ -78,25 +95,25 @@ class Replay:
         if event is Event.REJECTED:
             return
         job = self.jobs.get(key)
-        ended = self.ended.get(key)
+        ended = self.recently_ended.get(key)
         if job is None and ended is not None and not starts_record(event):
             # The job's end is in the stream, so this is not trimmed history: nothing may follow
             # an ack or a cancel except a new add of the same (topic, id).
-            self.anomalies.append(f"{entry_id}: {event} after the job was {ended}")
+            self._anomaly(f"{entry_id}: {event} after the job was {ended}")
             return
         before = job.state if job is not None else _before_unseen(event, fields)
         if before is None:
-            self.anomalies.append(f"{entry_id}: {event} does not say the state it left")
+            self._anomaly(f"{entry_id}: {event} does not say the state it left")
             return
         try:
             after = State(fields["to"]) if "to" in fields else target(event, before, key=key)
             rule = rule_for(event, before, after, key)
         except (IllegalTransition, ValueError) as exc:
-            self.anomalies.append(f"{entry_id}: {exc}")
+            self._anomaly(f"{entry_id}: {exc}")
             return
         if Effect.NEW_RECORD in rule.effects:
             job = ReplayedJob(key[0], key[1], before, int(fields["due"]))
-            self.ended.pop(key, None)
+            self.recently_ended.pop(key, None)
         elif job is None:
             # Its earlier events were trimmed: start it from what this event implies.
             attempts = _attempts_failed_before(event, int(fields["a"]), rule.effects)
@@ -105,14 +122,41 @@ class Replay:
         try:
             step(job, event, after, _facts(fields), key)
         except ValueError as exc:  # an entry without a field its event needs
-            self.anomalies.append(f"{entry_id}: {exc}")
+            self._anomaly(f"{entry_id}: {exc}")
             return
         self.transitions[(event, before)] += 1
         if after in END_STATES:
             self.jobs.pop(key, None)
-            self.ended[key] = after
+            self._ended(key, after)
         else:
             self.jobs[key] = job
+
+    def _ended(self, key: Key, state: State) -> None:
+        self.ended_counts[state] += 1
+        self.recently_ended.pop(key, None)  # re-inserted as the newest
+        self.recently_ended[key] = state
+        while len(self.recently_ended) > self.ended_memory:
+            self.recently_ended.popitem(last=False)
+
+    def _anomaly(self, text: str) -> None:
+        self.anomaly_count += 1
+        if len(self.anomalies) < ANOMALIES_KEPT:
+            self.anomalies.append(text)
+
+    def add_up(self, other: Replay) -> None:
+        """Adds another shard's replay to this one: shards hold disjoint jobs, each with its own
+        stream. The other's recently ended keys are not kept (they only serve its own fold)."""
+        self.jobs.update(other.jobs)
+        self.ended_counts.update(other.ended_counts)
+        self.events += other.events
+        self.last_ms = max(self.last_ms, other.last_ms)
+        if other.first_ms is not None:
+            mine = self.first_ms
+            self.first_ms = other.first_ms if mine is None else min(mine, other.first_ms)
+        self.transitions.update(other.transitions)
+        self.topic_events.update(other.topic_events)
+        self.anomaly_count += other.anomaly_count
+        self.anomalies += other.anomalies[: max(0, ANOMALIES_KEPT - len(self.anomalies))]
 
 
 def _before_unseen(event: Event, fields: dict[str, str]) -> State | None:

@@ -337,7 +337,7 @@ def test_replay_rebuilds_every_job_at_a_moment(cli: Cli, store: Store) -> None:
     assert [(j["id"], j["state"]) for j in now["jobs"]] == [("late", "delayed")]
     assert now["ended"] == {"acked": 0, "cancelled": 1}
     assert now["counts"] == {"t": {"delayed": 1, "ready": 0, "leased": 0, "dead": 0}}
-    assert now["anomalies"] == []
+    assert now["anomalies"] == [] and now["anomaly_count"] == 0
     filtered = cli.json("replay", "--state", "dead")
     assert filtered["jobs"] == []
     human = cli("replay", "--at", "now")
@@ -350,6 +350,7 @@ def test_verify_agrees_then_finds_drift(cli: Cli, store: Store, redis_client: re
     make_dead(store, "t", "2")
     ok = cli.json("verify")
     assert ok["ok"] is True and ok["drift"] == [] and ok["live_jobs"] == 2
+    assert ok["anomaly_count"] == 0
     assert "agree" in cli("verify").stdout
     # Change the live state behind the scripts' back: the log no longer explains it.
     redis_client.zadd(store.keys.delayed, {member("t", "1"): 12345})
@@ -385,7 +386,9 @@ def test_a_sharded_namespace_is_read_across_its_shards(
     assert len(run_sharded("replay")["jobs"]) == 12
     assert run_sharded("verify")["ok"] is True
     assert run_sharded("cancel", "t", "7")["result"] == "removed"
-    assert run_sharded("verify")["live_jobs"] == 11
+    verified = run_sharded("verify")
+    assert verified["live_jobs"] == verified["replayed_jobs"] == 11  # added up over the shards
+    assert verified["events"] == 13
 
 
 def test_jobs_pages_through_a_sharded_topic_with_the_printed_cursor(

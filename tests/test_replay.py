@@ -5,6 +5,7 @@ and drift against the live state. Retention trims the stream; replay then says w
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -14,7 +15,7 @@ from actors.clock import FakeClock
 from actors.errors import ErrorCode
 from actors.lifecycle import END_STATES, LIVE_STATES, RULES, implied_before
 from actors.model import Event, Model, State
-from actors.replay import Drift, compare, fold, history
+from actors.replay import ANOMALIES_KEPT, ENDED_MEMORY, Drift, Replay, compare, fold, history
 from actors.storage.store import Store
 from actors.values import AuditRetention, TopicConfig
 
@@ -85,7 +86,8 @@ def test_fold_until_a_time_gives_the_state_at_that_time(
     assert replayed_states(store, marks["leased"]) == {"a": "leased", "b": "leased", "c": "delayed"}
     assert replayed_states(store, marks["ended"]) == {"a": "delayed", "c": "delayed"}
     replay = fold(store.iter_audit())
-    assert replay.ended == {("t", "b"): State.ACKED}
+    assert replay.recently_ended == {("t", "b"): State.ACKED}
+    assert replay.ended_counts == Counter({State.ACKED: 1})
     assert replay.jobs[("t", "a")].attempts_failed == 1
     assert replay.events == 9
     assert replay.last_ms == marks["ended"]
@@ -178,7 +180,8 @@ def test_replay_after_maxlen_trimming_is_partial_but_agrees_with_the_live_state(
     old = replay.jobs[("t", "old")]
     assert old.partial
     assert (old.state, old.token) == (State.LEASED, token)
-    assert ("t", "doomed") not in replay.jobs and replay.ended[("t", "doomed")] == State.CANCELLED
+    assert ("t", "doomed") not in replay.jobs
+    assert replay.recently_ended[("t", "doomed")] == State.CANCELLED
     assert not replay.jobs[("t", "swapped")].partial  # a replace starts the job afresh
     assert compare(replay, store.snapshot()) == []
 
@@ -275,7 +278,8 @@ def test_replay_recognises_every_row_of_the_table(event: Event, before: State) -
     assert replay.transitions == Counter({(event, before): 1})
     after = min(RULES[(event, before)].targets)
     if after in END_STATES:
-        assert replay.ended == {("t", "j"): after} and replay.jobs == {}
+        assert replay.recently_ended == {("t", "j"): after} and replay.jobs == {}
+        assert replay.ended_counts == Counter({after: 1})
     else:
         job = replay.jobs[("t", "j")]
         assert job.state is after
@@ -415,4 +419,66 @@ def test_replay_and_the_model_take_every_row_of_the_table_alike(
     assert {key: info.state for key, info in snapshot.jobs.items()} == {
         key: job.state for key, job in model.jobs.items()
     }
-    assert replay.ended == model.done
+    # Far below the memory's cap, it holds every job that ended and was not added again; the
+    # counts count every end: b acked; c, e twice, x and z (purged) cancelled.
+    assert replay.recently_ended == model.done
+    assert replay.ended_counts == Counter({State.ACKED: 1, State.CANCELLED: 5})
+
+
+# -- memory: bounded by the live jobs, not by the stream ------------------------------------
+
+
+def ended_jobs(first: int, count: int) -> Iterator[tuple[str, dict[str, str]]]:
+    """Entries of jobs t/j<first>... that end one after the other: even ones added, leased and
+    acked, odd ones added and cancelled."""
+    for n in range(first, first + count):
+        job = {"i": f"j{n}", "ms": str(T0 + n), "due": str(T0 + n)}
+        yield entry(Event.ADDED, n, to="ready", **job)
+        if n % 2 == 0:
+            yield entry(Event.LEASED, n, **job)
+            yield entry(Event.ACKED, n, **job)
+        else:
+            yield entry(Event.CANCELLED, n, **job)
+
+
+def test_a_long_stream_of_ended_jobs_is_counted_and_only_the_newest_are_remembered() -> None:
+    assert Replay().ended_memory == ENDED_MEMORY  # what fold uses; a smaller cap keeps this fast
+    replay = Replay(ended_memory=1_000)
+    jobs = 10_000
+    for fields in [*ended_jobs(0, jobs), entry(Event.ADDED, jobs, to="delayed", i="live")]:
+        replay.apply(*fields)
+        assert len(replay.recently_ended) <= 1_000  # never one key per ended job
+    assert replay.anomalies == []
+    assert replay.ended_counts == Counter({State.ACKED: jobs // 2, State.CANCELLED: jobs // 2})
+    assert len(replay.recently_ended) == 1_000
+    assert next(iter(replay.recently_ended)) == ("t", "j9000")  # the oldest went first
+    assert replay.recently_ended[("t", f"j{jobs - 1}")] is State.CANCELLED
+    assert list(replay.jobs) == [("t", "live")]
+
+
+def test_an_event_after_an_end_is_an_anomaly_while_the_end_is_remembered() -> None:
+    replay = Replay(ended_memory=3)
+    for fields in ended_jobs(0, 6):
+        replay.apply(*fields)
+    assert list(replay.recently_ended) == [("t", "j3"), ("t", "j4"), ("t", "j5")]
+    # j4 was acked three ends ago: remembered, so an expiry after it cannot be trimmed history.
+    replay.apply(*entry(Event.EXPIRED, 10, i="j4", to="delayed"))
+    assert replay.anomaly_count == 1 and "after the job was acked" in replay.anomalies[0]
+    assert ("t", "j4") not in replay.jobs
+    # j0's end is out of the window: the same entry reads as a job whose history was trimmed.
+    replay.apply(*entry(Event.EXPIRED, 11, i="j0", to="delayed"))
+    assert replay.anomaly_count == 1 and replay.jobs[("t", "j0")].partial
+
+
+def test_anomaly_texts_are_kept_up_to_a_cap_and_all_counted() -> None:
+    # A cancel of a job replay never saw, without "from": replay cannot tell its state before.
+    blind = [entry(Event.CANCELLED, n, i=f"x{n}") for n in range(ANOMALIES_KEPT + 10)]
+    replay = fold(blind)
+    assert replay.anomaly_count == ANOMALIES_KEPT + 10
+    assert len(replay.anomalies) == ANOMALIES_KEPT
+    assert replay.anomalies[0].startswith(f"{T0}-0: cancelled does not say")
+    merged = Replay()
+    merged.add_up(replay)
+    merged.add_up(fold(blind[:5]))  # another shard's: counted, its texts past the cap dropped
+    assert merged.anomaly_count == ANOMALIES_KEPT + 15
+    assert len(merged.anomalies) == ANOMALIES_KEPT

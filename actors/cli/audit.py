@@ -25,6 +25,7 @@ from actors.cli.output import (
     table,
     usage_error,
 )
+from actors.lifecycle import State
 from actors.replay import Drift, Replay, compare, fold
 from actors.storage.keys import shard_of
 from actors.values import Snapshot
@@ -96,18 +97,6 @@ def stream_entries(store: Store, shard: int, start: str = "-", end: str = "+") -
 
 def _progress(ctx: Context, store: Store, label: str, shard: int | None = None) -> Progress:
     return Progress(label, store.audit_length(shard), enabled=ctx.progress)
-
-
-def _merge(replays: list[Replay]) -> Replay:
-    """Shards hold disjoint jobs, each with its own stream: their replays simply add up."""
-    merged = Replay()
-    for replay in replays:
-        merged.jobs.update(replay.jobs)
-        merged.ended.update(replay.ended)
-        merged.anomalies += replay.anomalies
-        merged.events += replay.events
-        merged.last_ms = max(merged.last_ms, replay.last_ms)
-    return merged
 
 
 # -- history --------------------------------------------------------------------------------
@@ -184,7 +173,7 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
     counts: dict[str, Counter[str]] = {}
     for job in jobs:
         counts.setdefault(job.topic, Counter())[job.state.value] += 1
-    ended = Counter(state.value for state in replay.ended.values())
+    ended = replay.ended_counts
     if ctx.json:
         print_json(
             {
@@ -192,16 +181,17 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
                 "at": iso_ms(at_ms),
                 "events": replay.events,
                 "counts": {t: {s: n[s] for s in STATES} for t, n in sorted(counts.items())},
-                "ended": {"acked": ended["acked"], "cancelled": ended["cancelled"]},
+                "ended": {"acked": ended[State.ACKED], "cancelled": ended[State.CANCELLED]},
                 "jobs": [replayed_json(job) for job in jobs],
                 "anomalies": replay.anomalies,
+                "anomaly_count": replay.anomaly_count,
             }
         )
         return Exit.OK
     print(f"state at {format_time_ms(at_ms)}, from {replay.events} events")
     rows = [[t, *(n[s] for s in STATES)] for t, n in sorted(counts.items())]
     print(table(["topic", *STATES], rows) if rows else "no live jobs")
-    print(f"ended by then: {ended['acked']} acked, {ended['cancelled']} cancelled")
+    print(f"ended by then: {ended[State.ACKED]} acked, {ended[State.CANCELLED]} cancelled")
     if jobs:
         print()
         shown = [
@@ -222,8 +212,8 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _print_anomalies(ctx: Context, replay: Replay) -> None:
-    if replay.anomalies:
-        ctx.note(f"{len(replay.anomalies)} events were not legal from the replayed state:")
+    if replay.anomaly_count:
+        ctx.note(f"{replay.anomaly_count} events were not legal from the replayed state:")
         for text in replay.anomalies[:20]:
             ctx.note(f"  {text}")
 
@@ -246,8 +236,10 @@ def _consistent_read(store: Store, shard: int) -> tuple[str | None, Snapshot]:
 def run_verify(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     progress = _progress(ctx, store, "replaying audit stream")
-    replays: list[Replay] = []
-    live = Snapshot()
+    # Only the shards' live jobs and what they add up to are kept, so memory follows the live
+    # jobs; each shard's fold (with its bounded memory of ended jobs) goes once compared.
+    replay = Replay()
+    live_jobs = 0
     drift: list[Drift] = []
     last_entries: list[str | None] = []
     for shard in range(store.shard_count):
@@ -255,30 +247,28 @@ def run_verify(ctx: Context, args: argparse.Namespace) -> int:
         entries: Iterable[Entry] = (
             [] if before is None else stream_entries(store, shard, "-", before)
         )
-        replay = fold(progress.wrap(entries))
-        drift += compare(replay, shard_live)
-        replays.append(replay)
-        live.jobs.update(shard_live.jobs)
+        shard_replay = fold(progress.wrap(entries))
+        drift += compare(shard_replay, shard_live)
+        replay.add_up(shard_replay)
+        live_jobs += len(shard_live.jobs)
         last_entries.append(before)
     progress.done()
-    replay = _merge(replays)
-    ok = not drift and not replay.anomalies
+    ok = not drift and not replay.anomaly_count
     if ctx.json:
         print_json(
             {
                 "ok": ok,
                 "events": replay.events,
                 "last_entries": last_entries,
-                "live_jobs": len(live.jobs),
+                "live_jobs": live_jobs,
                 "replayed_jobs": len(replay.jobs),
                 "drift": [drift_json(d) for d in drift],
                 "anomalies": replay.anomalies,
+                "anomaly_count": replay.anomaly_count,
             }
         )
     else:
-        print(
-            f"replayed {replay.events} events: {len(replay.jobs)} jobs; live: {len(live.jobs)} jobs"
-        )
+        print(f"replayed {replay.events} events: {len(replay.jobs)} jobs; live: {live_jobs} jobs")
         for d in drift[:50]:
             print(f"drift: {d}")
         if len(drift) > 50:

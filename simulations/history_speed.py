@@ -38,9 +38,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 
-import actors
 from actors import DelayQueue, TopicConfig
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     lengths = [int(x) for x in args.entries.split(",")]
-    compileall.compile_dir(str(Path(actors.__file__).parent), quiet=1)
+    compileall.compile_dir(str(resources.files("actors")), quiet=1)
     load = os.getloadavg()
     print(
         f"entries={lengths} api_calls={args.api_calls} cli_runs={args.cli_runs} "

@@ -72,7 +72,10 @@ local function index_entry(member, id, event, entry_id)
 end
 
 -- One step of the sweep: examines about twice as many index fields as this call ended jobs, plus
--- 8, so a full pass over the index takes about as many ended jobs as half the index's size.
+-- 8, so a full pass over the index takes about as many ended jobs as half the index's size. The
+-- cursor key holds "<HSCAN cursor> <stream's oldest entry ms when the pass began>"; a new pass
+-- begins only once the stream's oldest entry has moved on since the last one began, so while
+-- nothing is trimmed (a stream below its MAXLEN) the sweep costs one GET and one XRANGE a call.
 local function forget_trimmed_histories()
   if ends_in_call == 0 or last_stream == nil then return end
   local budget = 2 * ends_in_call + 8
@@ -80,8 +83,17 @@ local function forget_trimmed_histories()
   local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
   if #oldest == 0 then return end
   local cutoff_ms = entry_ms(oldest[1][1])
-  local page = rcall('HSCAN', history_key, rcall('GET', history_cursor_key) or '0',
-    'COUNT', budget)
+  local cursor, pass_ms = '0', nil
+  local state = rcall('GET', history_cursor_key)
+  if state then
+    local saved_cursor, saved_ms = string.match(state, '^(%d+) (%d+)$')
+    cursor, pass_ms = saved_cursor, tonumber(saved_ms)
+  end
+  if cursor == '0' then
+    if pass_ms ~= nil and cutoff_ms <= pass_ms then return end  -- nothing trimmed since
+    pass_ms = cutoff_ms
+  end
+  local page = rcall('HSCAN', history_key, cursor, 'COUNT', budget)
   local found, stale = page[2], {}
   for j = 1, #found, 2 do
     local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$'))
@@ -90,11 +102,7 @@ local function forget_trimmed_histories()
   for first = 1, #stale, 1000 do
     rcall('HDEL', history_key, unpack(stale, first, math.min(first + 999, #stale)))
   end
-  if page[1] == '0' then
-    rcall('DEL', history_cursor_key)
-  else
-    rcall('SET', history_cursor_key, page[1])
-  end
+  rcall('SET', history_cursor_key, page[1] .. ' ' .. pass_ms)
 end
 
 -- Appends one audit event, and its id to the job's index; `fields` is a flat list of name,

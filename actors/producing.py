@@ -106,6 +106,27 @@ def build_job(
         due = validation.due_ms(due_ms, now_ms, "at")
     else:
         due = now_ms + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
+    return _checked_job(
+        topic,
+        job_id,
+        body,
+        due,
+        None if retry_ms is None else validation.schedule_ms(retry_ms),
+        None if lease_ms is None else validation.lease_ms(lease_ms),
+        callback,
+    )
+
+
+def _checked_job(
+    topic: str,
+    job_id: str,
+    body: Any,
+    due_ms: int,
+    retry_ms: tuple[int, ...] | None,
+    lease_ms: int | None,
+    callback: str | None,
+) -> NewJob:
+    """A job from a checked due time, retry schedule and lease; checks the rest."""
     if isinstance(job_id, str) and job_id.startswith(c.OCCURRENCE_ID_PREFIX):
         raise ValidationError(
             "id",
@@ -116,9 +137,9 @@ def build_job(
         topic=validation.topic(topic),
         id=validation.job_id(job_id),
         body=validation.body(body),
-        due_ms=due,
-        retry_ms=None if retry_ms is None else validation.schedule_ms(retry_ms),
-        lease_ms=None if lease_ms is None else validation.lease_ms(lease_ms),
+        due_ms=due_ms,
+        retry_ms=retry_ms,
+        lease_ms=lease_ms,
         callback=None if callback is None else validation.callback_url(callback),
     )
 
@@ -138,26 +159,26 @@ def new_job(
     """One job from add()'s arguments (seconds, epoch seconds); errors name add()'s fields."""
     if delay is not None and at is not None:
         raise ValidationError("delay", "give either delay or at, not both")
-    return build_job(
-        now_ms,
-        topic,
-        job_id,
-        body,
-        delay_ms=None if delay is None else delay_ms(delay, "delay"),
-        # A past time means now; build_job then checks only what it checks for any due time.
-        due_ms=None if at is None else validation.due_at_s(epoch_s(at, "at"), now_ms, "at"),
-        retry_ms=schedule_ms(retry, "retry"),
-        lease_ms=None if lease is None else lease_ms(lease, "lease"),
-        callback=callback,
-    )
+    # Checked here in the caller's units, so not again in ms as build_job would: every check
+    # in ms passes for a value that passed in seconds (the same limits, rounded to whole ms).
+    due_delay_ms = None if delay is None else delay_ms(delay, "delay")
+    # A past time means now.
+    due_at_ms = None if at is None else validation.due_at_s(epoch_s(at, "at"), now_ms, "at")
+    retry_steps_ms = schedule_ms(retry, "retry")
+    lease_limit_ms = None if lease is None else lease_ms(lease, "lease")
+    if due_at_ms is not None:
+        due = due_at_ms
+    else:
+        due = now_ms + (0 if due_delay_ms is None else due_delay_ms)
+    return _checked_job(topic, job_id, body, due, retry_steps_ms, lease_limit_ms, callback)
 
 
 def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
     """add_many()'s mappings as jobs; an error names the item (``jobs[3].delay``)."""
     built = []
     for n, spec in enumerate(specs):
-        unknown = set(spec) - JOB_FIELDS
-        if unknown:
+        if not JOB_FIELDS.issuperset(spec):  # no set built per job when the names are right
+            unknown = set(spec) - JOB_FIELDS
             raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")
         if "topic" not in spec or "id" not in spec:
             raise ValidationError(f"jobs[{n}]", "needs a topic and an id")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -161,6 +162,8 @@ def _in_unit(ms: float, unit: Unit) -> str:
     return exact if abs(ms) < 1_000 else f"{exact} ({readable_ms(ms)})"
 
 
+# Pure, and asked with the same few arguments for every job added: computed once each.
+@functools.cache
 def _range(lower_ms: int, upper_ms: int, unit: Unit, note: str = "") -> str:
     scale = 1_000 if unit == "s" else 1
     text = f"{_plain(lower_ms / scale)} to {_plain(upper_ms / scale)} {unit}"
@@ -178,13 +181,14 @@ def _number(field: str, value: object, limit: str) -> float:
 def _bounded_ms(
     field: str, number_ms: float, lower_ms: int, upper_ms: int, unit: Unit, limit: str
 ) -> int:
-    given = _in_unit(number_ms, unit)
     if number_ms < lower_ms:
+        given = _in_unit(number_ms, unit)  # text only for an error: a valid add spends nothing
         if lower_ms == 0:
             raise ValidationError(field, f"is {given}, which is negative", limit)
         minimum = _in_unit(lower_ms, unit)
         raise ValidationError(field, f"is {given}, less than the minimum of {minimum}", limit)
     if number_ms > upper_ms:
+        given = _in_unit(number_ms, unit)
         maximum = _in_unit(upper_ms, unit)
         raise ValidationError(field, f"is {given}, more than the limit of {maximum}", limit)
     return round(number_ms)

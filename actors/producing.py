@@ -106,6 +106,27 @@ def build_job(
         due = validation.due_ms(due_ms, now_ms, "at")
     else:
         due = now_ms + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
+    return _checked_job(
+        topic,
+        job_id,
+        body,
+        due,
+        None if retry_ms is None else validation.schedule_ms(retry_ms),
+        None if lease_ms is None else validation.lease_ms(lease_ms),
+        callback,
+    )
+
+
+def _checked_job(
+    topic: str,
+    job_id: str,
+    body: Any,
+    due_ms: int,
+    retry_ms: tuple[int, ...] | None,
+    lease_ms: int | None,
+    callback: str | None,
+) -> NewJob:
+    """A job from a checked due time, retry schedule and lease; checks the rest."""
     if isinstance(job_id, str) and job_id.startswith(c.OCCURRENCE_ID_PREFIX):
         raise ValidationError(
             "id",
@@ -116,9 +137,9 @@ def build_job(
         topic=validation.topic(topic),
         id=validation.job_id(job_id),
         body=validation.body(body),
-        due_ms=due,
-        retry_ms=None if retry_ms is None else validation.schedule_ms(retry_ms),
-        lease_ms=None if lease_ms is None else validation.lease_ms(lease_ms),
+        due_ms=due_ms,
+        retry_ms=retry_ms,
+        lease_ms=lease_ms,
         callback=None if callback is None else validation.callback_url(callback),
     )
 
@@ -138,41 +159,69 @@ def new_job(
     """One job from add()'s arguments (seconds, epoch seconds); errors name add()'s fields."""
     if delay is not None and at is not None:
         raise ValidationError("delay", "give either delay or at, not both")
-    return build_job(
-        now_ms,
-        topic,
-        job_id,
-        body,
-        delay_ms=None if delay is None else delay_ms(delay, "delay"),
-        # A past time means now; build_job then checks only what it checks for any due time.
-        due_ms=None if at is None else validation.due_at_s(epoch_s(at, "at"), now_ms, "at"),
-        retry_ms=schedule_ms(retry, "retry"),
-        lease_ms=None if lease is None else lease_ms(lease, "lease"),
-        callback=callback,
-    )
+    checked_delay_ms = None if delay is None else delay_ms(delay, "delay")
+    return _new_job(now_ms, topic, job_id, body, checked_delay_ms, at, retry, lease, callback)
+
+
+def _new_job(
+    now_ms: int,
+    topic: str,
+    job_id: str,
+    body: Any,
+    checked_delay_ms: int | None,
+    at: datetime | float | None,
+    retry: Sequence[float | timedelta] | None,
+    lease: float | timedelta | None,
+    callback: str | None,
+) -> NewJob:
+    """new_job once its delay is checked. Each value is checked here in the caller's units, and
+    not again in ms as build_job would: every check in ms passes for a value that passed in
+    seconds (the same limits, rounded to whole ms)."""
+    # A past time means now.
+    due_at_ms = None if at is None else validation.due_at_s(epoch_s(at, "at"), now_ms, "at")
+    retry_steps_ms = schedule_ms(retry, "retry")
+    lease_limit_ms = None if lease is None else lease_ms(lease, "lease")
+    if due_at_ms is not None:
+        due = due_at_ms
+    else:
+        due = now_ms + (0 if checked_delay_ms is None else checked_delay_ms)
+    return _checked_job(topic, job_id, body, due, retry_steps_ms, lease_limit_ms, callback)
 
 
 def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
     """add_many()'s mappings as jobs; an error names the item (``jobs[3].delay``)."""
     built = []
+    # A batch mostly repeats one delay: each number of seconds is checked once. Only ints and
+    # floats (a bool hashes as 1 but is refused, and a timedelta is rarer).
+    delays: dict[float, int] = {}
     for n, spec in enumerate(specs):
-        unknown = set(spec) - JOB_FIELDS
-        if unknown:
+        if not JOB_FIELDS.issuperset(spec):  # no set built per job when the names are right
+            unknown = set(spec) - JOB_FIELDS
             raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")
         if "topic" not in spec or "id" not in spec:
             raise ValidationError(f"jobs[{n}]", "needs a topic and an id")
         try:
+            delay, at = spec.get("delay"), spec.get("at")
+            if delay is not None and at is not None:
+                raise ValidationError("delay", "give either delay or at, not both")
+            checked_delay_ms = None
+            if type(delay) is int or type(delay) is float:
+                checked_delay_ms = delays.get(delay)
+                if checked_delay_ms is None:
+                    checked_delay_ms = delays[delay] = delay_ms(delay, "delay")
+            elif delay is not None:
+                checked_delay_ms = delay_ms(delay, "delay")
             built.append(
-                new_job(
+                _new_job(
                     now_ms,
                     spec["topic"],
                     spec["id"],
                     spec.get("body"),
-                    delay=spec.get("delay"),
-                    at=spec.get("at"),
-                    retry=spec.get("retry"),
-                    lease=spec.get("lease"),
-                    callback=spec.get("callback"),
+                    checked_delay_ms,
+                    at,
+                    spec.get("retry"),
+                    spec.get("lease"),
+                    spec.get("callback"),
                 )
             )
         except ValidationError as exc:

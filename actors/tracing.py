@@ -29,7 +29,7 @@ from actors.values import Lease, NewJob
 try:
     from opentelemetry import trace as otel_trace
     from opentelemetry.context import Context
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
+    from opentelemetry.trace import INVALID_SPAN, Link, SpanKind, Status, StatusCode, Tracer
     from opentelemetry.trace import Span as Span  # re-exported for the runtime's annotations
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the otel extra is not installed: tracing is off
@@ -84,23 +84,17 @@ class Tracing:
         blocking facade (``DelayQueue``) and the awaited one (``AsyncDelayQueue``) alike: the
         block may ``await`` inside it."""
         tracer = self.tracer
-        if tracer is None:
+        if tracer is None or not jobs:
             yield jobs
             return
-        spans = [
-            tracer.start_span(
-                f"send {job.topic}",
-                kind=SpanKind.PRODUCER,
-                attributes={
-                    "messaging.system": SYSTEM,
-                    "messaging.destination.name": job.topic,
-                    "messaging.message.id": job.id,
-                    "messaging.operation.type": "send",
-                    "messaging.operation.name": "send",
-                },
-            )
-            for job in jobs
-        ]
+        first = self._send_span(tracer, jobs[0])
+        if first is INVALID_SPAN:
+            # A no-op tracer (the API without an SDK): its spans are this one shared invalid span,
+            # whose end does nothing and whose context is not stored, so the rest of the batch
+            # need not make theirs.
+            yield jobs
+            return
+        spans = [first, *(self._send_span(tracer, job) for job in jobs[1:])]
         traced = [
             job if (parent := self._traceparent(span)) is None else replace(job, traceparent=parent)
             for job, span in zip(jobs, spans, strict=True)
@@ -115,6 +109,20 @@ class Tracing:
             raise
         for span in spans:
             span.end()
+
+    @staticmethod
+    def _send_span(tracer: Tracer, job: NewJob) -> Span:
+        return tracer.start_span(
+            f"send {job.topic}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": job.topic,
+                "messaging.message.id": job.id,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+            },
+        )
 
     def _traceparent(self, span: Span) -> str | None:
         if not span.get_span_context().is_valid:  # a no-op tracer: nothing worth storing

@@ -17,10 +17,17 @@ local k = {jobs = KEYS[1], delayed = KEYS[2], topics = KEYS[3], counts = KEYS[4]
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 
+-- One HMGET per slice of 1000 members rather than one HEXISTS per job: a command per job costs
+-- more than the check itself. A new job's field is missing (false), so nothing is copied for it.
 local existing = {-2}
-for j = 0, n - 1 do
-  local member = ARGV[7 + j * 4]
-  if rcall('HEXISTS', k.jobs, member) == 1 then existing[#existing + 1] = member end
+for first = 0, n - 1, 1000 do
+  local last = math.min(first + 999, n - 1)
+  local members = {}
+  for j = first, last do members[#members + 1] = ARGV[7 + j * 4] end
+  local found = rcall('HMGET', k.jobs, unpack(members))
+  for m = 1, #members do
+    if found[m] then existing[#existing + 1] = members[m] end
+  end
 end
 if #existing > 1 then return existing end
 
@@ -50,7 +57,8 @@ for j = 0, n - 1 do
     if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
   end
   counts[topic][state] = counts[topic][state] + 1
-  audit(k.audit, 'added', member, 1, {'due', due_ms, 'to', state})
+  -- The due time as sent (ARGV), so Redis need not turn a Lua number back into text.
+  audit(k.audit, 'added', member, 1, {'due', ARGV[base + 1], 'to', state})
 end
 
 -- Slices of 1000 values keep unpack() under Lua's limit and pairs (field value, score member)

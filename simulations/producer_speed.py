@@ -1,19 +1,26 @@
-"""Jobs/s added by the async producer from one event loop, next to the sync one from one thread.
+"""Jobs/s added by the producers: sync add, async add and add_many, with each side's CPU per job.
 
-Starts a private redis-server on a Unix socket (or uses ``--url``) and adds ``--jobs`` jobs,
-one call each, due in an hour (so nothing is carried while measuring):
+Starts a private redis-server on a Unix socket (or uses ``--url``) and adds ``--jobs`` jobs per
+mode, due in an hour (so nothing is carried while measuring):
 
 - sync: ``DelayQueue.add`` in a loop on one thread: one round trip after another;
 - async: ``AsyncDelayQueue.add`` from ``--concurrency`` tasks on one event loop, so up to that
-  many adds are on the wire at once over the client's connection pool.
+  many adds are on the wire at once over the client's connection pool;
+- many-<n>: ``DelayQueue.add_many`` of ``n`` jobs per call on one thread (``--batch``, repeatable;
+  100 and 1,000 by default), each job a mapping as users write it.
+
+Beside jobs/s each mode prints the CPU it cost per job on both sides of the socket: the
+producer's (``time.process_time``, this process) and Redis's (``INFO cpu``, used_cpu_user +
+used_cpu_sys, before and after), so a slow mode shows whether Python or the scripts are the limit.
+On a busy machine jobs/s falls with the CPU it gets; the CPU per job barely moves.
 
 Each mode gets its own namespace and a short warm-up (connecting, the clock sync, loading the
-scripts) before the clock starts, and runs ``--rounds`` times; every round is printed and the
-best is reported, because a shared machine's noise only ever slows a round down. The load
-average is printed with the figures.
+scripts) before the clock starts, and runs ``--rounds`` times, the modes alternated; every round
+is printed and the best is reported, because a shared machine's noise only ever slows a round
+down. The load average is printed with the figures.
 
     python -m simulations.producer_speed                    # 5,000 jobs, 100 tasks, 3 rounds
-    python -m simulations.producer_speed --jobs 20000 --json
+    python -m simulations.producer_speed --modes sync many --batch 1000 --jobs 20000 --json
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import redis
 
 from actors import AsyncDelayQueue, DelayQueue
 from actors.server.embedded import RedisProcess
@@ -35,6 +44,14 @@ from actors.server.embedded import RedisProcess
 TOPIC = "bench"
 DELAY_S = 3_600
 WARM_UP_JOBS = 50
+MODES = ("sync", "async", "many")
+
+
+@dataclass
+class Round:
+    jobs_per_s: float
+    client_cpu_us_per_job: float
+    redis_cpu_us_per_job: float
 
 
 @dataclass
@@ -42,28 +59,81 @@ class Result:
     mode: str
     jobs: int
     concurrency: int
-    rounds_jobs_per_s: list[float]
+    rounds: list[Round]
     best_jobs_per_s: float
+    # Of the best round: where that round's time went.
+    client_cpu_us_per_job: float
+    redis_cpu_us_per_job: float
 
 
-def sync_round(url: str, namespace: str, jobs: int) -> float:
+class CpuMeter:
+    """Wall time, this process's CPU and the server's CPU over one timed block."""
+
+    def __init__(self, url: str) -> None:
+        self._client = redis.Redis.from_url(url)
+
+    def _redis_cpu_s(self) -> float:
+        info = self._client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def start(self) -> None:
+        self._redis_s = self._redis_cpu_s()
+        self._client_s = time.process_time()
+        self._wall_s = time.perf_counter()
+
+    def stop(self, jobs: int) -> Round:
+        wall_s = time.perf_counter() - self._wall_s
+        client_s = time.process_time() - self._client_s
+        redis_s = self._redis_cpu_s() - self._redis_s
+        return Round(jobs / wall_s, client_s / jobs * 1e6, redis_s / jobs * 1e6)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _check_and_erase(queue: DelayQueue, expected: int, mode: str) -> None:
+    if queue.stats()[TOPIC]["delayed"] != expected:
+        raise SystemExit(f"{mode}: {queue.namespace} does not hold every job added")
+    queue.store.erase()
+
+
+def sync_round(url: str, namespace: str, jobs: int, meter: CpuMeter) -> Round:
     queue = DelayQueue(url, namespace=namespace, producer_only=True)
     try:
         for n in range(WARM_UP_JOBS):
             queue.add(TOPIC, f"warm-{n}", delay=DELAY_S)
-        started = time.perf_counter()
+        meter.start()
         for n in range(jobs):
             queue.add(TOPIC, f"job-{n}", {"n": n}, delay=DELAY_S)
-        elapsed = time.perf_counter() - started
-        if queue.stats()[TOPIC]["delayed"] != jobs + WARM_UP_JOBS:
-            raise SystemExit(f"sync: {namespace} does not hold every job added")
-        return jobs / elapsed
+        measured = meter.stop(jobs)
+        _check_and_erase(queue, jobs + WARM_UP_JOBS, "sync")
+        return measured
     finally:
-        queue.store.erase()
         queue.close()
 
 
-async def async_round(url: str, namespace: str, jobs: int, concurrency: int) -> float:
+def many_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter) -> Round:
+    queue = DelayQueue(url, namespace=namespace, producer_only=True)
+    try:
+        queue.add_many(
+            {"topic": TOPIC, "id": f"warm-{n}", "delay": DELAY_S} for n in range(WARM_UP_JOBS)
+        )
+        meter.start()
+        for first in range(0, jobs, batch):
+            queue.add_many(
+                {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
+                for n in range(first, min(first + batch, jobs))
+            )
+        measured = meter.stop(jobs)
+        _check_and_erase(queue, jobs + WARM_UP_JOBS, f"many-{batch}")
+        return measured
+    finally:
+        queue.close()
+
+
+async def async_round(
+    url: str, namespace: str, jobs: int, concurrency: int, meter: CpuMeter
+) -> Round:
     async with AsyncDelayQueue(url, namespace=namespace) as queue:
         for n in range(WARM_UP_JOBS):
             await queue.add(TOPIC, f"warm-{n}", delay=DELAY_S)
@@ -73,35 +143,77 @@ async def async_round(url: str, namespace: str, jobs: int, concurrency: int) -> 
             for n in next_job:  # the tasks share one iterator: each job is added once
                 await queue.add(TOPIC, f"job-{n}", {"n": n}, delay=DELAY_S)
 
-        started = time.perf_counter()
+        meter.start()  # blocking, but before the clock starts and after the warm-up
         await asyncio.gather(*(adder() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-        if (await queue.stats())[TOPIC]["delayed"] != jobs + WARM_UP_JOBS:
-            raise SystemExit(f"async: {namespace} does not hold every job added")
+        measured = meter.stop(jobs)
     cleanup = DelayQueue(url, namespace=namespace, producer_only=True)
-    cleanup.store.erase()
-    cleanup.close()
-    return jobs / elapsed
+    try:
+        _check_and_erase(cleanup, jobs + WARM_UP_JOBS, "async")
+    finally:
+        cleanup.close()
+    return measured
 
 
-def measure(url: str, jobs: int, concurrency: int, rounds: int) -> list[Result]:
-    sync_rates: list[float] = []
-    async_rates: list[float] = []
-    for r in range(rounds):  # alternated, so a burst of load on the machine hits both modes
-        sync_rates.append(sync_round(url, f"speed-sync-{r}", jobs))
-        print(f"round {r + 1}: sync {sync_rates[-1]:,.0f} jobs/s", file=sys.stderr)
-        async_rates.append(asyncio.run(async_round(url, f"speed-async-{r}", jobs, concurrency)))
-        print(f"round {r + 1}: async {async_rates[-1]:,.0f} jobs/s", file=sys.stderr)
-    return [
-        Result("sync add, one thread", jobs, 1, sync_rates, max(sync_rates)),
-        Result(
-            f"async add, one loop, {concurrency} tasks",
-            jobs,
-            concurrency,
-            async_rates,
-            max(async_rates),
-        ),
-    ]
+def measure(
+    url: str,
+    jobs: int,
+    concurrency: int,
+    rounds: int,
+    modes: Sequence[str] = ("sync", "async", "many"),
+    batches: Sequence[int] = (100, 1_000),
+) -> list[Result]:
+    runs: list[tuple[str, int, Callable[[str, CpuMeter], Round]]] = []
+    if "sync" in modes:
+        runs.append(("sync add, one thread", 1, lambda ns, m: sync_round(url, ns, jobs, m)))
+    if "async" in modes:
+        runs.append(
+            (
+                f"async add, one loop, {concurrency} tasks",
+                concurrency,
+                lambda ns, m: asyncio.run(async_round(url, ns, jobs, concurrency, m)),
+            )
+        )
+    if "many" in modes:
+        for size in batches:
+            runs.append(
+                (
+                    f"add_many, {size} per call",
+                    1,
+                    lambda ns, m, size=size: many_round(url, ns, jobs, size, m),  # type: ignore[misc]
+                )
+            )
+    measured: list[list[Round]] = [[] for _ in runs]
+    meter = CpuMeter(url)
+    try:
+        for r in range(rounds):  # alternated, so a burst of load on the machine hits every mode
+            for n, (name, _, run) in enumerate(runs):
+                found = run(f"speed-{n}-{r}", meter)
+                measured[n].append(found)
+                print(f"round {r + 1}: {name:<32} {_shown(found)}", file=sys.stderr)
+    finally:
+        meter.close()
+    results = []
+    for (name, tasks, _), found_rounds in zip(runs, measured, strict=True):
+        best = max(found_rounds, key=lambda found: found.jobs_per_s)
+        results.append(
+            Result(
+                name,
+                jobs,
+                tasks,
+                found_rounds,
+                best.jobs_per_s,
+                best.client_cpu_us_per_job,
+                best.redis_cpu_us_per_job,
+            )
+        )
+    return results
+
+
+def _shown(found: Round) -> str:
+    return (
+        f"{found.jobs_per_s:>9,.0f} jobs/s, CPU per job: producer "
+        f"{found.client_cpu_us_per_job:5.1f} µs, Redis {found.redis_cpu_us_per_job:5.1f} µs"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,29 +221,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=5_000, help="jobs per mode and round")
     parser.add_argument("--concurrency", type=int, default=100, help="async tasks")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES), help="which producers to run"
+    )
+    parser.add_argument(
+        "--batch", type=int, action="append", help="add_many's jobs per call (default 100, 1000)"
+    )
     parser.add_argument("--url", help="a Redis URL instead of a private redis-server")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
+    batches = args.batch or [100, 1_000]
     load = os.getloadavg()
     print(
         f"jobs={args.jobs} concurrency={args.concurrency} rounds={args.rounds} "
+        f"modes={','.join(args.modes)} batches={','.join(map(str, batches))} "
         f"load={load[0]:.2f},{load[1]:.2f},{load[2]:.2f} cpus={os.cpu_count()}",
         file=sys.stderr,
     )
+
+    def run(url: str) -> list[Result]:
+        return measure(url, args.jobs, args.concurrency, args.rounds, args.modes, batches)
+
     with tempfile.TemporaryDirectory(prefix="redelay-producer-") as directory:
         if args.url:
-            results = measure(args.url, args.jobs, args.concurrency, args.rounds)
+            results = run(args.url)
         else:
             with RedisProcess(Path(directory)) as server:
-                results = measure(server.url, args.jobs, args.concurrency, args.rounds)
+                results = run(server.url)
     load_after = os.getloadavg()[0]
     if args.json:
         print(json.dumps({"load": [*load, load_after], "results": [asdict(r) for r in results]}))
-    else:
-        for result in results:
-            print(f"{result.mode:<32} {result.best_jobs_per_s:>10,.0f} jobs/s (best of rounds)")
-        print(f"speed-up: {results[1].best_jobs_per_s / results[0].best_jobs_per_s:.1f}x")
-        print(f"load average: {load[0]:.2f} before, {load_after:.2f} after")
+        return 0
+    print(f"{'':<32} {'best jobs/s':>11}   CPU per job in the best round")
+    for result in results:
+        print(
+            f"{result.mode:<32} {result.best_jobs_per_s:>11,.0f}   producer "
+            f"{result.client_cpu_us_per_job:5.1f} µs, Redis {result.redis_cpu_us_per_job:5.1f} µs"
+        )
+    print(f"load average: {load[0]:.2f} before, {load_after:.2f} after")
     return 0
 
 

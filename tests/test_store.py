@@ -176,6 +176,32 @@ def test_add_many_adds_every_job_in_one_call(store: Store, audit: AuditCursor) -
     assert_clean(store)
 
 
+def test_add_many_finds_an_existing_job_past_the_first_thousand(
+    store: Store, audit: AuditCursor
+) -> None:
+    """The script checks the members in slices of 1,000: one in a later slice refuses the
+    batch as one in the first does."""
+    store.add(store.new_job("t", "j1500", delay_ms=1_000))
+    audit.new()
+    batch = [store.new_job("t", f"j{n}", delay_ms=1_000) for n in range(2_001)]
+    with pytest.raises(JobExistsError) as caught:
+        store.add_many(batch)
+    assert caught.value.jobs == [("t", "j1500")]
+    assert store.stats()["t"]["delayed"] == 1
+    assert audit.new() == []
+    del batch[1_500]
+    assert store.add_many(batch) == ["new"] * 2_000
+    assert store.stats()["t"]["delayed"] == 2_001
+    assert_clean(store)
+
+
+def test_add_loads_its_script_again_after_a_flush(store: Store, audit: AuditCursor) -> None:
+    store.add(store.new_job("t", "a"))
+    store.client.script_flush()  # as after a restart or a failover: EVALSHA answers NOSCRIPT
+    assert store.add(store.new_job("t", "b")) == "new"
+    assert [f["i"] for _, f in audit.new()] == ["a", "b"]
+
+
 # -- replace --------------------------------------------------------------------------------
 
 

@@ -12,10 +12,24 @@ Lua edits the same map with its built-in cmsgpack.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
+
+# Making a Packer costs as much as packing a record with it, and packb makes one per call: each
+# thread keeps its own (a Packer's buffer is not safe to share).
+# use_bin_type=False: Redis's cmsgpack predates the bin type; the body is UTF-8 JSON anyway.
+_packers = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    try:
+        return _packers.packer  # type: ignore[no-any-return]
+    except AttributeError:
+        _packers.packer = msgpack.Packer(use_bin_type=False)
+        return _packers.packer  # type: ignore[no-any-return]
 
 
 def pack(
@@ -36,8 +50,7 @@ def pack(
         record["c"] = callback
     if traceparent is not None:
         record["p"] = traceparent
-    # use_bin_type=False: Redis's cmsgpack predates the bin type; the body is UTF-8 JSON anyway.
-    return msgpack.packb(record, use_bin_type=False)
+    return _packer().pack(record)
 
 
 def unpack(blob: bytes) -> dict[str, Any]:

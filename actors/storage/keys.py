@@ -8,7 +8,7 @@ themselves are in actors/_constants.py (the Lua scripts get theirs from there to
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from actors import _constants as c
 
@@ -17,10 +17,11 @@ from actors import _constants as c
 class ShardKeys:
     namespace: str
     shard: int = 0
+    # Every key name starts with it, and a script call names several: made once, not per name.
+    prefix: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def prefix(self) -> str:
-        return f"{c.KEY_ROOT}:{{{self.namespace}.{self.shard}}}:"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", f"{c.KEY_ROOT}:{{{self.namespace}.{self.shard}}}:")
 
     @property
     def jobs(self) -> str:

@@ -58,6 +58,7 @@ class ShardPlan:
         self.retention = retention or AuditRetention()
         self.default_topic_config = default_topic_config or TopicConfig()
         self.topic_configs: dict[str, TopicConfig] = {}  # this process's topic defaults
+        self._config_blobs: dict[str, tuple[TopicConfig, bytes]] = {}  # topic -> packed config
         self.durability = durability
         self.shard_keys = [ShardKeys(self.namespace, s) for s in range(shards)]
         self.keys = self.shard_keys[0]  # the only shard's keys, for one-shard callers
@@ -89,7 +90,13 @@ class ShardPlan:
 
     def _topic_config_blob(self, topic: str) -> bytes:
         config = self.topic_configs.get(topic, self.default_topic_config)
-        return _record.pack_topic_config(config.retry_ms, config.lease_ms)
+        # Every add sends its topics' defaults: packed once per config, not once per call.
+        cached = self._config_blobs.get(topic)
+        if cached is not None and cached[0] is config:
+            return cached[1]
+        blob = _record.pack_topic_config(config.retry_ms, config.lease_ms)
+        self._config_blobs[topic] = (config, blob)
+        return blob
 
     @staticmethod
     def _batch_limit(items: Sequence[Any], field_name: str) -> None:
@@ -125,6 +132,8 @@ class ShardPlan:
     def _check_batch(self, jobs: Sequence[NewJob]) -> None:
         """A batch within the size limit that names each (topic, id) once."""
         self._batch_limit(jobs, "jobs")
+        if len(jobs) < 2 or len({(job.topic, job.id) for job in jobs}) == len(jobs):
+            return
         seen: set[tuple[str, str]] = set()
         for job in jobs:
             key = (job.topic, job.id)
@@ -162,26 +171,39 @@ class ShardPlan:
         """Per job the state it had before; raises as add_many documents."""
         results: list[str] = ["new"] * len(jobs)
         existing: list[tuple[str, str]] = []
-        added: list[tuple[str, str]] = []
+        refused: set[int] = set()  # the shards that added nothing
         for shard, indexes in groups.items():
             if replace:
                 states = calls.states_before(replies[shard])
+                for n, state in zip(indexes, states, strict=True):
+                    results[n] = state
             else:
                 found = calls.existing_jobs(replies[shard])
                 if found:
                     existing += found
-                    continue
-                states = ["new"] * len(indexes)
-            for n, state in zip(indexes, states, strict=True):
-                results[n] = state
-                added.append((jobs[n].topic, jobs[n].id))
+                    refused.add(shard)
         if existing:
             if len(groups) == 1:
                 raise JobExistsError(existing)
-            raise PartialAddError(existing, added)
-        if self.durability is not None and acked is not None and acked < self.durability.replicas:
-            raise NotReplicatedError(added, acked, self.durability.replicas, results)
+            raise PartialAddError(existing, self._added(jobs, groups, refused))
+        durability = self.durability
+        if durability is not None and acked is not None and acked < durability.replicas:
+            added = self._added(jobs, groups, refused)
+            raise NotReplicatedError(added, acked, durability.replicas, results)
         return results
+
+    @staticmethod
+    def _added(
+        jobs: Sequence[NewJob], groups: Mapping[int, list[int]], refused: set[int]
+    ) -> list[tuple[str, str]]:
+        """The (topic, id) of the jobs added, for an error to name: a successful batch does
+        not list them."""
+        return [
+            (jobs[n].topic, jobs[n].id)
+            for shard, indexes in groups.items()
+            if shard not in refused
+            for n in indexes
+        ]
 
     # -- add with if_exists="keep" ------------------------------------------------------------
     # The add script refuses a shard's batch when some of its jobs exist and names them; the

@@ -105,24 +105,30 @@ local function forget_trimmed_histories()
   rcall('SET', history_cursor_key, page[1] .. ' ' .. pass_ms)
 end
 
+-- One table for every XADD of the call, filled up to `n` and passed with unpack(t, 1, n), instead
+-- of a fresh table per event grown with #t (allocation, rehashing and length searches per event).
+local xadd_args = {}
+
 -- Appends one audit event, and its id to the job's index; `fields` is a flat list of name,
 -- value pairs after e/t/i/a/ms.
 local function audit(stream, event, member, attempt, fields)
   local topic, id = split_member(member)
-  local args = {stream}
+  local a, n = xadd_args, 1
+  a[1] = stream
   if trim_kind == 'MAXLEN' then
-    args[#args + 1] = 'MAXLEN'
-    args[#args + 1] = '~'
-    args[#args + 1] = trim_arg
+    a[2], a[3], a[4] = 'MAXLEN', '~', trim_arg
+    n = 4
   end
-  local n = #args
-  args[n + 1], args[n + 2], args[n + 3], args[n + 4], args[n + 5] = '*', 'e', event, 't', topic
-  args[n + 6], args[n + 7], args[n + 8], args[n + 9] = 'i', id, 'a', attempt
-  args[n + 10], args[n + 11] = 'ms', now_ms
+  a[n + 1], a[n + 2], a[n + 3], a[n + 4], a[n + 5] = '*', 'e', event, 't', topic
+  a[n + 6], a[n + 7], a[n + 8], a[n + 9] = 'i', id, 'a', attempt
+  a[n + 10], a[n + 11] = 'ms', now_ms
+  n = n + 11
   if fields then
-    for _, v in ipairs(fields) do args[#args + 1] = v end
+    local count = #fields
+    for j = 1, count do a[n + j] = fields[j] end
+    n = n + count
   end
-  local entry_id = rcall('XADD', unpack(args))
+  local entry_id = rcall('XADD', unpack(a, 1, n))
   last_stream = stream
   index_entry(member, id, event, entry_id)
   -- MINID is measured back from the id just written, once per script call (the threshold barely

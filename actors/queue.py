@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, TypeVar
 
 import pykka
@@ -28,7 +28,7 @@ from actors import _constants as c
 from actors import _rearm, producing
 from actors import _validation as validation
 from actors import schedules as _schedules
-from actors._signals import wait_for_event
+from actors._signals import SignalFlag, wait_for_event
 from actors._validation import IfExists
 from actors.clock import Clock, RedisSyncedClock
 from actors.errors import ConfigError, RedisFullError, ValidationError
@@ -520,20 +520,19 @@ class DelayQueue:
 
     def install_signal_handlers(self, grace: float = 20.0) -> None:
         """SIGTERM and SIGINT stop the queue gracefully (call from the main thread); wait()
-        returns once stopped. The stop runs on its own thread, because a signal handler runs on
-        the main thread between two bytecodes and must not block it."""
-        signalled = threading.Event()
+        returns once stopped. The handler only records the signal (a handler that takes a lock
+        can deadlock the main thread it interrupts: actors._signals); a daemon thread,
+        ``redelay-stop``, waits for it and runs the stop."""
+        signals = SignalFlag()
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            if signalled.is_set():
-                log.info("signal %d: already stopping", signum)
-                return
-            signalled.set()
-            log.info("signal %d: stopping (grace %.1fs)", signum, grace)
-            threading.Thread(target=self.stop, args=(grace,), name="redelay-stop").start()
+        def stop_on_signal() -> None:
+            signals.wait()
+            log.info("signal %d: stopping (grace %.1fs)", signals.received[0], grace)
+            self.stop(grace)
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        threading.Thread(target=stop_on_signal, name="redelay-stop", daemon=True).start()
+        signal.signal(signal.SIGTERM, signals.handler)
+        signal.signal(signal.SIGINT, signals.handler)
 
     def health(self) -> dict[str, Any]:
         """Per supervised unit ("watchdog", "carrier", "sweeper", "topic:<name>"): alive,

@@ -40,6 +40,7 @@ def every_call() -> list[calls.ScriptCall]:
         calls.requeue(KEYS, AT, ["t|a"]),
         calls.purge(KEYS, AT, ["t|a"]),
         calls.inspect(KEYS, AT, "t|a"),
+        calls.history(KEYS, AT, "t|a"),
         calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, (5, "t|a")),
         schedule_calls.schedule(KEYS, AT, "s", b"spec", 0, blobs["t"], [5_000]),
         schedule_calls.unschedule(KEYS, AT, "s"),

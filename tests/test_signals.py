@@ -18,12 +18,29 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from actors._signals import wait_for_event
+from actors._signals import SignalFlag, wait_for_event
 from actors.server.embedded import RedisProcess
 
 CYCLES = 15
 DEBUG = ("--log-level", "debug")
 STOP_S = 30.0
+
+
+def test_a_signal_flag_sees_a_real_signal_and_its_wait_times_out_without_one() -> None:
+    flag = SignalFlag()
+    previous = signal.signal(signal.SIGUSR1, flag.handler)
+    try:
+        started = time.monotonic()
+        assert not flag.wait(timeout_s=0.3)
+        assert time.monotonic() - started >= 0.3
+        # From another thread, as a process-directed SIGTERM may land on any thread.
+        sender = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGUSR1))
+        sender.start()
+        assert flag.wait(timeout_s=STOP_S)
+        sender.join()
+        assert flag.received == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def test_wait_for_event_returns_when_set_and_after_its_timeout() -> None:

@@ -9,12 +9,11 @@ import math
 import os
 import signal
 import sys
-import threading
 import traceback
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from actors._signals import wait_for_event
+from actors._signals import SignalFlag
 from actors.cli.context import Context
 from actors.cli.metrics import INSTALL_HINT
 from actors.cli.output import Exit, print_json_line, usage_error
@@ -72,16 +71,15 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     )
     if not 0 <= args.grace < math.inf:  # also refuses nan
         raise usage_error(f"worker: --grace must be a number of seconds >= 0, not {args.grace}")
-    stop_requested = threading.Event()
-    received: list[int] = []
+    signals = SignalFlag()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        if len(received) > 1:
+        # No lock may be taken here (actors._signals): record the signal, the main thread polls.
+        signals.handler(signum, frame)
+        if len(signals.received) > 1:
             # A second signal means "now": leased jobs come back when their leases expire.
-            log.warning("second signal: exiting without waiting for running handlers")
+            os.write(2, b"redelay: second signal: exiting without waiting for running handlers\n")
             os._exit(Exit.INTERRUPTED)
-        stop_requested.set()
 
     # Installed before the import, so a signal during a slow start still stops gracefully.
     signal.signal(signal.SIGTERM, on_signal)
@@ -97,8 +95,8 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
         if metrics is not None:
             started["metrics"] = metrics.url
         print_json_line(started)
-    wait_for_event(stop_requested)  # not Event.wait(): see actors._signals
-    name = signal.Signals(received[0]).name
+    signals.wait()  # polls: see actors._signals
+    name = signal.Signals(signals.received[0]).name
     log.info("%s: stopping, running handlers get %.1fs", name, args.grace)
     report = queue.stop(grace=args.grace)
     if metrics is not None:

@@ -5,16 +5,17 @@
 --   ARGV[3] audit trim threshold (approximate, `~`): entries to keep for MAXLEN; for MINID, how
 --           many ms of history to keep before the newest entry's id (the server's clock, so a
 --           skewed caller can never trim the entry it just wrote)
---   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists and
---           the per-job history index each audit entry also goes to: no script declares those
---           in KEYS, and all carry the shard's hash tag, so they are in the slot of its keys)
+--   ARGV[4] key prefix of the shard, e.g. "redelay:{shop.0}:" (for per-topic ready lists)
+--   The last KEYS of a script that writes audit entries: <prefix>history, the per-job index
+--           each entry also goes to (use_history_index). Declared, not built from the prefix: while a slot migrates, a
+--           script sent to the importing node with ASKING runs there only once every declared
+--           key has arrived, and a key built in the script would be created there anew (the
+--           migration's MIGRATE of the old one then fails with BUSYKEY).
 -- A job is a member string "<topic>|<id>"; topics never contain "|", so the first "|" splits it.
 -- Key names the scripts build from the prefix, defined once in actors/_constants.py:
 -- @constant READY_KEY_PREFIX
 -- @constant READY_CHANNEL
 -- @constant SLOT_PROBE_KEY
--- @constant HISTORY_KEY
--- @constant HISTORY_CURSOR_KEY
 local rcall = redis.call
 local now_ms = tonumber(ARGV[1])
 local trim_kind = ARGV[2]
@@ -52,10 +53,15 @@ local minid_trimmed = false
 -- oldest first, space separated, so one job's history is read in time proportional to its own
 -- events. Written here, in the script that writes the entry. The index follows the stream's
 -- retention: the scripts that end jobs sweep it a few fields at a time (HSCAN, from the cursor
--- kept in <prefix>history-cursor) and drop every job whose newest entry is older than the
--- stream's oldest, as its entries are all trimmed.
-local history_key = prefix .. HISTORY_KEY
-local history_cursor_key = prefix .. HISTORY_CURSOR_KEY
+-- kept in its field "", which no member can be) and drop every job whose newest entry is older
+-- than the stream's oldest, as its entries are all trimmed.
+local history_key = nil
+local CURSOR_FIELD = ''
+
+-- Each script that writes audit entries names its index key (its last KEYS) before writing one.
+local function use_history_index(key)
+  history_key = key
+end
 local END_EVENTS = {acked = true, cancelled = true, purged = true}
 local ends_in_call = 0
 local last_stream = nil
@@ -73,9 +79,9 @@ end
 
 -- One step of the sweep: examines about twice as many index fields as this call ended jobs, plus
 -- 8, so a full pass over the index takes about as many ended jobs as half the index's size. The
--- cursor key holds "<HSCAN cursor> <stream's oldest entry ms when the pass began>"; a new pass
+-- cursor field holds "<HSCAN cursor> <stream's oldest entry ms when the pass began>"; a new pass
 -- begins only once the stream's oldest entry has moved on since the last one began, so while
--- nothing is trimmed (a stream below its MAXLEN) the sweep costs one GET and one XRANGE a call.
+-- nothing is trimmed (a stream below its MAXLEN) the sweep costs one HGET and one XRANGE a call.
 local function forget_trimmed_histories()
   if ends_in_call == 0 or last_stream == nil then return end
   local budget = 2 * ends_in_call + 8
@@ -84,7 +90,7 @@ local function forget_trimmed_histories()
   if #oldest == 0 then return end
   local cutoff_ms = entry_ms(oldest[1][1])
   local cursor, pass_ms = '0', nil
-  local state = rcall('GET', history_cursor_key)
+  local state = rcall('HGET', history_key, CURSOR_FIELD)
   if state then
     local saved_cursor, saved_ms = string.match(state, '^(%d+) (%d+)$')
     cursor, pass_ms = saved_cursor, tonumber(saved_ms)
@@ -96,13 +102,15 @@ local function forget_trimmed_histories()
   local page = rcall('HSCAN', history_key, cursor, 'COUNT', budget)
   local found, stale = page[2], {}
   for j = 1, #found, 2 do
-    local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$'))
-    if newest_ms < cutoff_ms then stale[#stale + 1] = found[j] end
+    if found[j] ~= CURSOR_FIELD then
+      local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$'))
+      if newest_ms < cutoff_ms then stale[#stale + 1] = found[j] end
+    end
   end
   for first = 1, #stale, 1000 do
     rcall('HDEL', history_key, unpack(stale, first, math.min(first + 999, #stale)))
   end
-  rcall('SET', history_cursor_key, page[1] .. ' ' .. pass_ms)
+  rcall('HSET', history_key, CURSOR_FIELD, page[1] .. ' ' .. pass_ms)
 end
 
 -- One table for every XADD of the call, filled up to `n` and passed with unpack(t, 1, n), instead

@@ -158,3 +158,11 @@ def test_a_sharded_add_runs_one_script_call_per_shard(redis_client: redis.Redis)
 def _evalsha_calls(client: redis.Redis) -> int:
     stats = client.info("commandstats")
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_every_script_that_writes_the_audit_stream_declares_the_index_as_its_last_key() -> None:
+    """The index is declared, not built from the prefix, so that during a slot migration a script
+    runs on the importing node only once the index has arrived there (lua/_lib.lua)."""
+    writers = [call for call in every_call() if KEYS.audit in call.keys and call.name != "history"]
+    assert len(writers) >= 16
+    assert [call.name for call in writers if call.keys[-1] != KEYS.history] == []

@@ -1,6 +1,6 @@
 """ShardNotifier: the one wake path of a process, for one shard as for many.
 
-The scripts publish two signals on each shard's channels (see lua/_lib.lua, add-5, _place):
+The scripts publish two signals on each shard's channels (see lua/_lib.lua, add-6, _place):
 
 - ``<prefix>wake``: a due time, when a delayed job becomes the shard's earliest;
 - ``<prefix>ready``: a topic, when its ready list goes from empty to non-empty, or when a lease

@@ -77,16 +77,18 @@ def add(
     if replace:
         return ScriptCall(
             "replace",
-            [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit],
+            [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit, k.history],
             args,
         )
-    return ScriptCall("add", [k.jobs, k.delayed, k.topics, k.counts, k.audit], args)
+    return ScriptCall("add", [k.jobs, k.delayed, k.topics, k.counts, k.audit, k.history], args)
 
 
 def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
     return ScriptCall(
-        "carry", [k.delayed, k.jobs, k.counts, k.audit], [*at.common(k), limit, k.wake_channel]
+        "carry",
+        [k.delayed, k.jobs, k.counts, k.audit, k.history],
+        [*at.common(k), limit, k.wake_channel],
     )
 
 
@@ -94,7 +96,7 @@ def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
     return ScriptCall(
         "expire",
-        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit],
+        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit, k.history],
         [*at.common(k), k.wake_channel, limit],
     )
 
@@ -103,7 +105,18 @@ def lease(keys: ShardKeys, at: CallTime, topic: str, limit: int, consumer: str) 
     k = keys
     return ScriptCall(
         "lease",
-        [k.ready(topic), k.jobs, k.leased, k.tokens, k.topics, k.counts, k.seq, k.audit, k.gates],
+        [
+            k.ready(topic),
+            k.jobs,
+            k.leased,
+            k.tokens,
+            k.topics,
+            k.counts,
+            k.seq,
+            k.audit,
+            k.gates,
+            k.history,
+        ],
         [*at.common(k), topic, limit, consumer],
     )
 
@@ -111,7 +124,9 @@ def lease(keys: ShardKeys, at: CallTime, topic: str, limit: int, consumer: str) 
 def pause(keys: ShardKeys, at: CallTime, topic: str, paused: bool) -> ScriptCall:
     """Pauses (``paused``) or resumes ``topic`` in one shard."""
     k = keys
-    return ScriptCall("pause", [k.gates, k.audit], [*at.common(k), topic, 1 if paused else 0])
+    return ScriptCall(
+        "pause", [k.gates, k.audit, k.history], [*at.common(k), topic, 1 if paused else 0]
+    )
 
 
 def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> ScriptCall:
@@ -119,7 +134,7 @@ def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> 
     k = keys
     return ScriptCall(
         "ack",
-        [k.jobs, k.leased, k.tokens, k.counts, k.audit],
+        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history],
         [*at.common(k), len(acks), *_flat(acks)],
     )
 
@@ -131,7 +146,7 @@ def fail(
     k = keys
     return ScriptCall(
         "fail",
-        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit],
+        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit, k.history],
         [*at.common(k), k.wake_channel, len(failures), *_flat(failures)],
     )
 
@@ -141,7 +156,7 @@ def extend(keys: ShardKeys, at: CallTime, extensions: Sequence[tuple[str, str, i
     k = keys
     return ScriptCall(
         "extend",
-        [k.jobs, k.leased, k.tokens, k.audit],
+        [k.jobs, k.leased, k.tokens, k.audit, k.history],
         [*at.common(k), len(extensions), *_flat(extensions)],
     )
 
@@ -151,7 +166,7 @@ def release(keys: ShardKeys, at: CallTime, releases: Sequence[tuple[str, str]]) 
     k = keys
     return ScriptCall(
         "release",
-        [k.jobs, k.leased, k.tokens, k.counts, k.audit],
+        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history],
         [*at.common(k), len(releases), *_flat(releases)],
     )
 
@@ -161,7 +176,7 @@ def cancel(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     k = keys
     return ScriptCall(
         "cancel",
-        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts, k.audit],
+        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts, k.audit, k.history],
         [*at.common(k), job],
     )
 
@@ -170,7 +185,7 @@ def requeue(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall
     k = keys
     return ScriptCall(
         "requeue",
-        [k.jobs, k.dead, k.delayed, k.counts, k.audit],
+        [k.jobs, k.dead, k.delayed, k.counts, k.audit, k.history],
         [*at.common(k), len(members), *members],
     )
 
@@ -178,7 +193,9 @@ def requeue(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall
 def purge(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
     k = keys
     return ScriptCall(
-        "purge", [k.jobs, k.dead, k.counts, k.audit], [*at.common(k), len(members), *members]
+        "purge",
+        [k.jobs, k.dead, k.counts, k.audit, k.history],
+        [*at.common(k), len(members), *members],
     )
 
 

@@ -65,11 +65,6 @@ class ShardKeys:
         return self.prefix + c.HISTORY_KEY
 
     @property
-    def history_cursor(self) -> str:
-        """The HSCAN cursor of the sweep that drops trimmed jobs from the history index."""
-        return self.prefix + c.HISTORY_CURSOR_KEY
-
-    @property
     def schedules(self) -> str:
         return self.prefix + c.SCHEDULES_KEY
 

@@ -1,6 +1,7 @@
 -- refill: appends occurrence times to a schedule, and makes its pending occurrence when it has
 -- none (its stored times ran dry before a refill came).
 -- KEYS[1] schedules  KEYS[2] jobs  KEYS[3] delayed  KEYS[4] counts  KEYS[5] audit
+-- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] name
 -- ARGV[7] generation the times were computed for
 -- ARGV[8..] occurrence times (ms, ascending); only those after every stored one are kept
@@ -15,6 +16,7 @@
 -- @include _arm.lua
 local k = {schedules = KEYS[1], jobs = KEYS[2], delayed = KEYS[3], counts = KEYS[4],
            audit = KEYS[5]}
+use_history_index(KEYS[6])
 local wake_channel = ARGV[5]
 local name, generation = ARGV[6], tonumber(ARGV[7])
 local schedule = load_schedule(k.schedules, name)

@@ -2,6 +2,7 @@
 -- a failed attempt: retried on the schedule, or dead when the schedule is exhausted.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
 -- KEYS[7] counts  KEYS[8] audit
+-- KEYS[9] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] limit
 -- A lease is expired when its deadline_ms <= now_ms.
 -- Returns: {expired_count, next_deadline_ms or -1}; expired_count counts every lease this call
@@ -15,6 +16,7 @@
 -- @include _retry.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
+use_history_index(KEYS[9])
 local wake_channel = ARGV[5]
 local limit = tonumber(ARGV[6])
 local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms, 'LIMIT', 0, limit)

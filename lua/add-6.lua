@@ -2,6 +2,7 @@
 -- KEYS[1] jobs (HASH member -> msgpack record)   KEYS[2] delayed (ZSET member -> due_ms)
 -- KEYS[3] topics (HASH topic -> msgpack config)   KEYS[4] counts (HASH "topic|state" -> n)
 -- KEYS[5] audit (STREAM)
+-- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] now_ms, trim kind, trim threshold, key prefix (see _lib.lua)
 -- ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
@@ -14,6 +15,7 @@
 -- per-job writes cost more than the audit entries themselves (see docs/benchmarks.md).
 -- @include _lib.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], topics = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
+use_history_index(KEYS[6])
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 

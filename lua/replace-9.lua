@@ -3,6 +3,7 @@
 -- the job runs again at its new due time.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
 -- KEYS[7] counts  KEYS[8] audit
+-- KEYS[9] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
 -- Returns: a list with, per job, the state it had before ('new' when it did not exist).
@@ -15,6 +16,7 @@
 -- @include _remove.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
+use_history_index(KEYS[9])
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 local result = {}

@@ -1,6 +1,7 @@
 -- fail: ends failed attempts of leased jobs; each is retried on its schedule or becomes dead.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
 -- KEYS[7] counts  KEYS[8] audit
+-- KEYS[9] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 5: member, token, reason, retry_after_ms (-1: follow the schedule),
 --   traceback ("" for none; kept in the record's `t` and the event's `tb`)
@@ -15,6 +16,7 @@
 -- @include _retry.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
+use_history_index(KEYS[9])
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 local result = {}

@@ -1,5 +1,6 @@
 -- requeue: gives dead jobs a fresh start: attempt count reset, due now, onto their ready lists.
 -- KEYS[1] jobs  KEYS[2] dead  KEYS[3] delayed  KEYS[4] counts  KEYS[5] audit
+-- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n members
 -- Returns: per member 1 requeued, 0 not dead (left alone).
 -- Events: requeued {due}. Touches ready lists <prefix>ready:<topic> (same hash tag).
@@ -7,6 +8,7 @@
 -- @include _lib.lua
 -- @include _place.lua
 local k = {jobs = KEYS[1], dead = KEYS[2], delayed = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
+use_history_index(KEYS[6])
 local n = tonumber(ARGV[5])
 local result = {}
 for j = 1, n do

@@ -2,6 +2,7 @@
 -- KEYS[1] ready list of the topic  KEYS[2] jobs  KEYS[3] leased (ZSET member -> lease deadline ms)
 -- KEYS[4] tokens (HASH member -> lease token)  KEYS[5] topics  KEYS[6] counts  KEYS[7] seq (STRING)
 -- KEYS[8] audit  KEYS[9] gates (HASH: the topic's pause flag and limits, see _gate.lua)
+-- KEYS[10] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] topic   ARGV[6] limit   ARGV[7] consumer name
 -- Returns: a flat list: first the wait, 0 when no gate held jobs back, -1 when the topic is
 -- paused (wait for its resume notice), else the ms until its limits let another job go; then per
@@ -18,6 +19,7 @@
 -- @constant DEFAULT_LEASE_MS
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8], gates = KEYS[9]}
+use_history_index(KEYS[10])
 local topic, limit, consumer = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local result = {0}
 if limit < 1 then return result end

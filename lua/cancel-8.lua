@@ -2,6 +2,7 @@
 -- consumer's ack or failure (or the lease's expiry) ends it and nothing retries it.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] counts
 -- KEYS[7] audit
+-- KEYS[8] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] member
 -- Returns: 0 no such job, 1 removed, 2 cancel requested on a leased job (also when repeated).
 -- Events: cancelled {from} when removed; cancel_requested {} the first time a leased job is marked.
@@ -11,6 +12,7 @@
 -- @include _remove.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            counts = KEYS[6], audit = KEYS[7]}
+use_history_index(KEYS[8])
 local member = ARGV[5]
 local record = load_record(k.jobs, member)
 if not record then return 0 end

@@ -1,5 +1,6 @@
 -- ack: ends leased jobs successfully and deletes them.
 -- KEYS[1] jobs  KEYS[2] leased  KEYS[3] tokens  KEYS[4] counts  KEYS[5] audit
+-- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n groups of 3: member, token, detail
 -- (detail: free text kept in the event, e.g. an HTTP status; "" for none)
 -- Returns: one code per job: 0 OK, -3 STALE_TOKEN, -4 NOT_LEASED.
@@ -9,6 +10,7 @@
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
+use_history_index(KEYS[6])
 local n = tonumber(ARGV[5])
 local result = {}
 for j = 0, n - 1 do

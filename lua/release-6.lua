@@ -1,6 +1,7 @@
 -- release: gives leased jobs back without counting an attempt (graceful shutdown, a job fetched
 -- but never started). They go to the front of their ready list so they are next.
 -- KEYS[1] jobs  KEYS[2] leased  KEYS[3] tokens  KEYS[4] counts  KEYS[5] audit
+-- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n groups of 2: member, token
 -- Returns: per job 0 OK (or 1 when the job was removed because its cancel was requested),
 -- -3 STALE_TOKEN, -4 NOT_LEASED.
@@ -10,6 +11,7 @@
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
+use_history_index(KEYS[6])
 local n = tonumber(ARGV[5])
 local result = {}
 for j = 0, n - 1 do

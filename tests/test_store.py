@@ -414,7 +414,6 @@ def test_a_second_ack_of_the_same_lease_is_rejected(store: Store, audit: AuditCu
     assert audit.events() == ["acked", "rejected"]
 
 
-
 def test_a_repeat_of_an_ack_in_the_same_call_is_rejected_as_acking_them_in_turn_would(
     store: Store, audit: AuditCursor
 ) -> None:
@@ -454,6 +453,7 @@ def test_lease_and_ack_batches_larger_than_one_slice_of_the_scripts(store: Store
     assert codes == [ErrorCode.OK] * 1_250
     assert store.stats().get("t", {}).get("leased", 0) == 0
     assert_clean(store)
+
 
 # -- fail -----------------------------------------------------------------------------------
 

@@ -72,22 +72,10 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
-class Finished:
-    """ConsumerPool (from a handler thread or the event loop): a job's handler returned or
-    raised."""
-
-    key: tuple[str, str]
-    token: str
-    ok: bool
-    detail: str = ""
-    retry_after_ms: int | None = None
-    error: BaseException | None = None  # a failure's exception, for the log and the hooks
-    traceback: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class Flush:
-    """ConsumerPool: ack and fail what finished, in one round trip each."""
+    """ConsumerPool: ack and fail what finished, in one round trip each. A handler's result is not
+    a message of its own: it goes on the pool's result queue, and the first of a burst tells the
+    pool this (see ConsumerPool._report)."""
 
 
 @dataclass(frozen=True, slots=True)

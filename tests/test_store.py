@@ -455,6 +455,48 @@ def test_lease_and_ack_batches_larger_than_one_slice_of_the_scripts(store: Store
     assert_clean(store)
 
 
+def test_ack_and_lease_acks_then_leases_in_one_call(
+    store: Store, audit: AuditCursor, redis_client: redis.Redis
+) -> None:
+    store.add_many([store.new_job("t", name) for name in ("a", "b", "c", "d")])
+    a, _ = store.lease("t", 2, "w")
+    audit.new()
+    before = redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    codes, batch = store.ack_and_lease(
+        [("t", "a", a.token, ""), ("t", "b", "1-999", "")], "t", 5, "w"
+    )
+    assert redis_client.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 2
+    assert codes == [ErrorCode.OK, ErrorCode.STALE_TOKEN]
+    assert not isinstance(batch, Exception)
+    assert ([x.id for x in batch.leases], batch.wait_ms) == (["c", "d"], 0)
+    # The acks' events come first: the lease ran after them, in the same round trip.
+    assert [(f["e"], f["i"]) for _, f in audit.new()] == [
+        ("acked", "a"),
+        ("rejected", "b"),
+        ("leased", "c"),
+        ("leased", "d"),
+    ]
+    assert_clean(store)
+
+
+def test_ack_and_lease_on_a_paused_topic_acks_and_says_paused(store: Store) -> None:
+    store.add_many([store.new_job("t", name) for name in ("a", "b")])
+    (a,) = store.lease("t", 1)
+    store.pause("t")
+    codes, batch = store.ack_and_lease([("t", "a", a.token, "")], "t", 5, "w")
+    assert codes == [ErrorCode.OK]
+    assert not isinstance(batch, Exception) and batch.leases == [] and batch.paused
+    assert_clean(store)
+
+
+def test_ack_and_lease_refuses_a_namespace_of_several_shards(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    sharded = Store(redis_client, "several", fake_clock, shards=3)
+    with pytest.raises(ValueError, match="one shard"):
+        sharded.ack_and_lease([], "t", 1, "w")
+
+
 # -- fail -----------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -64,11 +64,24 @@ class StopFetching:
     """TopicListener (ask, shutdown): lease nothing more; answers its free slots."""
 
 
+class Refill(NamedTuple):
+    """What a pool needs to lease for itself (see Run): the consumer name its leases carry, and
+    the most jobs one lease may take."""
+
+    consumer: str
+    batch_max: int
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
-    """ConsumerPool: start these leased jobs."""
+    """ConsumerPool: start these leased jobs. Each Run also says whether the pool refills: with
+    ``refill`` (the listener's lease was full and no gate held it back) the pool leases the slots
+    its jobs free by itself, in the round trip of their acks, until one of its own leases comes
+    back short or a Run without ``refill`` arrives (the listener sends an empty one when it is
+    told StopFetching). Slots the pool does not fill go back to the listener with SlotsFreed."""
 
     leases: tuple[Lease, ...]
+    refill: Refill | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from actors.runtime.messages import (
     CheckRunning,
     Drain,
     Flush,
+    Refill,
     Run,
     SetListener,
     SlotsFreed,
@@ -137,6 +138,7 @@ class ConsumerPool(RedelayActor):
         # the pool's own thread on a Flush; results_told: a Flush for them is in the mailbox.
         self.results: deque[tuple[Lease, Outcome]] = deque()
         self.results_told = False
+        self.refill: Refill | None = None  # lease freed slots with the acks (see Run, _flush)
         self.check_pending = False
         self.drain_future: pykka.Future[int] | None = None
         self.drained = False
@@ -152,6 +154,8 @@ class ConsumerPool(RedelayActor):
             "released": 0,
             "extended": 0,
             "flushes": 0,
+            "refills": 0,  # acks that leased the next jobs in their round trip
+            "refilled": 0,  # jobs those leased
         }
         self.threads: WorkerThreads | None = None
         self.loop: EventLoopThread | None = None
@@ -169,6 +173,7 @@ class ConsumerPool(RedelayActor):
 
     def on_stop(self) -> None:
         super().on_stop()
+        self.refill = None  # the last acks lease nothing: no thread would run it
         self._release_not_started()
         self._take_results()  # handlers that returned before the stop are acked, not expired
         self._flush()
@@ -194,6 +199,7 @@ class ConsumerPool(RedelayActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Run):
+            self.refill = message.refill
             self._run(message.leases)
         elif isinstance(message, Flush):
             self.flush_pending = False
@@ -316,13 +322,19 @@ class ConsumerPool(RedelayActor):
             self.actor_ref.tell(Flush())
 
     def _flush(self) -> None:
-        # The slots are free as soon as the handlers returned: tell the listener first, so its
-        # next lease and these acks are on the wire at the same time.
-        self._free_slots()
+        refill = self._refill_limit()
+        if not refill:
+            # The slots are free as soon as the handlers returned: tell the listener first, so
+            # its next lease and these acks are on the wire at the same time.
+            self._free_slots()
         try:
             while self.acks:
                 batch = self.acks[: c.BATCH_MAX_JOBS]
-                codes = self.store.ack_many(batch)
+                if refill:
+                    codes = self._ack_and_refill(batch, refill)
+                    refill = 0
+                else:
+                    codes = self.store.ack_many(batch)
                 self.counts["flushes"] += 1
                 acked = codes.count(ErrorCode.OK)
                 self.counts["acked"] += acked
@@ -349,6 +361,43 @@ class ConsumerPool(RedelayActor):
             return
         self.backoff.redis_ok()
         self._maybe_idle()
+
+    def _refill_limit(self) -> int:
+        """How many jobs to lease with the acks: the freed slots, while the listener's last Run
+        asked for refills; 0 when there are no acks to carry the lease, when draining, or for a
+        namespace of several shards (whose lease takes two round trips anyway)."""
+        refill = self.refill
+        if refill is None or not self.acks or self.drain_future is not None:
+            return 0
+        if len(self.store.shard_keys) != 1:
+            return 0
+        return min(self.slots_to_free, refill.batch_max)
+
+    def _ack_and_refill(self, batch: list[tuple[str, str, str, str]], limit: int) -> list[Any]:
+        """Acks ``batch`` and leases up to ``limit`` jobs for the slots they freed, in one round
+        trip. The leases are started before an error of the acks is raised, so no leased job
+        waits for its lease to expire. Refilling stops when the lease failed, came back short or
+        was held back by the topic's gate: the slots it did not fill go to the listener, whose
+        next lease meets the gate (or the empty list, and waits for a notice) as usual."""
+        assert self.refill is not None
+        codes, leased = self.store.ack_and_lease(batch, self.topic, limit, self.refill.consumer)
+        leases: list[Lease] = []
+        if isinstance(leased, Exception):
+            log.debug("pool %s: the lease with the acks failed (%s)", self.topic, leased)
+            self.refill = None
+        else:
+            leases = leased.leases
+            if len(leases) < limit or leased.wait_ms != 0:
+                self.refill = None
+        self.slots_to_free -= len(leases)
+        self._free_slots()
+        if leases:
+            self.counts["refills"] += 1
+            self.counts["refilled"] += len(leases)
+            self._run(tuple(leases))
+        if isinstance(codes, Exception):
+            raise codes
+        return codes
 
     def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
         """Logs a stored failed attempt and hands it to the hooks. A refused one (its lease was

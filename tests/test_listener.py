@@ -24,7 +24,7 @@ from _actor_support import (  # noqa: F401
 from actors.clock import FakeClock
 from actors.job import Job
 from actors.runtime.listener import TopicListener
-from actors.runtime.messages import SetListener
+from actors.runtime.messages import SetListener, StopFetching
 from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
@@ -138,6 +138,46 @@ def test_finished_jobs_free_slots_and_the_next_lease_takes_that_many(
         # Never one round trip per job: each lease took what was free.
         assert unit.listener_stats()["leases"] < 10
     finally:
+        unit.stop()
+
+
+def test_while_leases_come_back_full_the_pool_leases_with_its_acks_then_hands_back(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
+    add_ready(store, 10)
+    handled: list[str] = []
+    unit = Unit(store, fake_clock, lambda job: handled.append(job.id), 2, notifiers(store))
+    try:
+        wait_for(lambda: stats(unit.pool)["acked"] == 10, "every job acked")
+        pool = stats(unit.pool)
+        # The listener leased the first two; later ones came with the acks' round trips.
+        assert pool["refills"] >= 1 and pool["refilled"] >= 2
+        assert unit.listener_stats()["leased"] + pool["refilled"] == 10
+        assert sorted(handled) == [f"j{n:02}" for n in range(10)]  # each once
+        # The list ran short: the slots went back to the listener, which now waits for a notice.
+        wait_for(lambda: unit.listener_stats()["free_slots"] == 2, "the slots handed back")
+        wait_for(lambda: unit.listener_stats()["waits"] >= 1, "the listener waiting")
+        store.add(store.new_job("t", "later"))
+        wait_for(lambda: "later" in handled, "the job added after")
+    finally:
+        unit.stop()
+
+
+def test_told_to_stop_fetching_the_listener_stops_the_pools_refills(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
+    add_ready(store, 10)
+    gate = threading.Event()
+    unit = Unit(store, fake_clock, lambda job: gate.wait(), 2, notifiers(store))
+    try:
+        wait_for(lambda: stats(unit.pool)["running"] == 2, "two running")
+        assert unit.listener.ask(StopFetching(), timeout=5) == 0
+        gate.set()
+        wait_for(lambda: stats(unit.pool)["acked"] == 2, "the two acked")
+        assert stats(unit.pool)["refilled"] == 0
+        assert len(ready_ids(store)) == 8
+    finally:
+        gate.set()
         unit.stop()
 
 

@@ -92,7 +92,7 @@ def test_runs_at_most_concurrency_handlers_at_once(
 
 
 class ObservedPool(ConsumerPool):
-    """Counts the Finished messages sent, so a test knows they are in the pool's mailbox."""
+    """Counts the results reported, so a test knows they are in the pool's result queue."""
 
     reported: threading.Semaphore
 

@@ -440,6 +440,89 @@ def test_a_second_ack_of_the_same_lease_is_rejected(store: Store, audit: AuditCu
     assert audit.events() == ["acked", "rejected"]
 
 
+def test_a_repeat_of_an_ack_in_the_same_call_is_rejected_as_acking_them_in_turn_would(
+    store: Store, audit: AuditCursor
+) -> None:
+    # ack-6.lua reads every token up front and deletes at the end: a job acked earlier in the
+    # call must still count as gone for its repeat.
+    lease = leased_job(store, audit)
+    codes = store.ack_many([("t", "j", lease.token), ("t", "j", lease.token)])
+    assert codes == [ErrorCode.OK, ErrorCode.NOT_LEASED]
+    entries = [f for _, f in audit.new()]
+    assert [(f["e"], f.get("code"), f["a"]) for f in entries] == [
+        ("acked", None, "1"),
+        ("rejected", "-4", "0"),
+    ]
+    assert store.get("t", "j") is None
+    assert_clean(store)
+
+
+def test_one_ack_call_ends_the_jobs_of_several_topics_and_counts_each(store: Store) -> None:
+    for topic in ("t", "u"):
+        for name in ("a", "b"):
+            store.add(store.new_job(topic, name))
+    leases = store.lease("t", 2) + store.lease("u", 2)
+    assert store.ack_many([(x.topic, x.id, x.token) for x in leases]) == [ErrorCode.OK] * 4
+    assert store.stats().get("t", {}).get("leased", 0) == 0
+    assert store.stats().get("u", {}).get("leased", 0) == 0
+    assert_clean(store)
+
+
+def test_lease_and_ack_batches_larger_than_one_slice_of_the_scripts(store: Store) -> None:
+    # The scripts read and write in slices of 1,000 values (500 pairs): cross several.
+    store.add_many([store.new_job("t", str(n)) for n in range(1_250)])
+    leases = store.lease("t", 1_250)
+    assert sorted(int(x.id) for x in leases) == list(range(1_250))
+    assert len({x.token for x in leases}) == 1_250
+    assert store.stats()["t"]["leased"] == 1_250
+    codes = store.ack_many([(x.topic, x.id, x.token) for x in leases])
+    assert codes == [ErrorCode.OK] * 1_250
+    assert store.stats().get("t", {}).get("leased", 0) == 0
+    assert_clean(store)
+
+
+def test_ack_and_lease_acks_then_leases_in_one_call(
+    store: Store, audit: AuditCursor, redis_client: redis.Redis
+) -> None:
+    store.add_many([store.new_job("t", name) for name in ("a", "b", "c", "d")])
+    a, _ = store.lease("t", 2, "w")
+    audit.new()
+    before = redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    codes, batch = store.ack_and_lease(
+        [("t", "a", a.token, ""), ("t", "b", "1-999", "")], "t", 5, "w"
+    )
+    assert redis_client.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 2
+    assert codes == [ErrorCode.OK, ErrorCode.STALE_TOKEN]
+    assert not isinstance(batch, Exception)
+    assert ([x.id for x in batch.leases], batch.wait_ms) == (["c", "d"], 0)
+    # The acks' events come first: the lease ran after them, in the same round trip.
+    assert [(f["e"], f["i"]) for _, f in audit.new()] == [
+        ("acked", "a"),
+        ("rejected", "b"),
+        ("leased", "c"),
+        ("leased", "d"),
+    ]
+    assert_clean(store)
+
+
+def test_ack_and_lease_on_a_paused_topic_acks_and_says_paused(store: Store) -> None:
+    store.add_many([store.new_job("t", name) for name in ("a", "b")])
+    (a,) = store.lease("t", 1)
+    store.pause("t")
+    codes, batch = store.ack_and_lease([("t", "a", a.token, "")], "t", 5, "w")
+    assert codes == [ErrorCode.OK]
+    assert not isinstance(batch, Exception) and batch.leases == [] and batch.paused
+    assert_clean(store)
+
+
+def test_ack_and_lease_refuses_a_namespace_of_several_shards(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    sharded = Store(redis_client, "several", fake_clock, shards=3)
+    with pytest.raises(ValueError, match="one shard"):
+        sharded.ack_and_lease([], "t", 1, "w")
+
+
 # -- fail -----------------------------------------------------------------------------------
 
 

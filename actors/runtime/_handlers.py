@@ -28,6 +28,11 @@ class Outcome:
     traceback: str = ""  # its formatted traceback; "" for Retry, which is a choice, not a bug
 
 
+# The outcome of every handler that returned no detail: immutable, so one instance serves them all
+# (a frozen dataclass costs a few microseconds to build, on the path of every job).
+OK = Outcome(True, "")
+
+
 def call_sync(handler: Handler, lease: Lease, span: Span | None = None) -> Outcome:
     """Return = ack (a returned str is kept as the ack's detail); Retry = failure with a chosen
     delay; any other exception, even SystemExit, = failure (the thread lives on). With a span
@@ -42,7 +47,7 @@ def call_sync(handler: Handler, lease: Lease, span: Span | None = None) -> Outco
         return Outcome(False, retry.reason, retry.after_ms, retry)
     except BaseException as exc:
         return failure(exc)
-    return Outcome(True, result if isinstance(result, str) else "")
+    return Outcome(True, result) if isinstance(result, str) and result else OK
 
 
 async def call_async(handler: Handler, lease: Lease, span: Span | None = None) -> Outcome:
@@ -57,7 +62,7 @@ async def call_async(handler: Handler, lease: Lease, span: Span | None = None) -
         return Outcome(False, retry.reason, retry.after_ms, retry)
     except Exception as exc:
         return failure(exc)
-    return Outcome(True, result if isinstance(result, str) else "")
+    return Outcome(True, result) if isinstance(result, str) and result else OK
 
 
 def failure(exc: BaseException) -> Outcome:

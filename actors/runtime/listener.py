@@ -1,7 +1,9 @@
 """TopicListener: leases a topic's ready jobs as fast as its pool can start them.
 
 It leases at most as many jobs as the pool has free slots, in one round trip, so jobs wait in
-Redis and not in this process. When nothing is ready it waits, in its mailbox, for a
+Redis and not in this process. While its leases come back full, the pool leases the slots it
+frees by itself, with its acks (``Run.refill``), and this listener takes over again when it
+gives slots back. When nothing is ready it waits, in its mailbox, for a
 ``ReadyNotice`` from the process's ShardNotifier: the scripts publish the topic on the shard's
 ready channel when its list goes from empty to non-empty (or a lease leaves jobs behind). No
 wake-up is lost: the notifier subscribed before any listener started, and the listener reads the
@@ -20,6 +22,7 @@ once, and shutdown needs nothing but messages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -29,7 +32,15 @@ import redis
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
-from actors.runtime.messages import Fetch, ReadyNotice, Run, SlotsFreed, Stats, StopFetching
+from actors.runtime.messages import (
+    Fetch,
+    ReadyNotice,
+    Refill,
+    Run,
+    SlotsFreed,
+    Stats,
+    StopFetching,
+)
 from actors.runtime.notifier import ShardNotifier
 from actors.storage.store import Store
 from actors.values import Lease
@@ -98,6 +109,10 @@ class TopicListener(RedelayActor):
             self._request_fetch()
         elif isinstance(message, StopFetching):
             self.stopping = True
+            # The pool leases nothing more by itself either: this Run is in its mailbox before
+            # the answer (and so before the Drain that follows it).
+            with contextlib.suppress(pykka.ActorDeadError):
+                self.pool.tell(Run(()))
             return self.free_slots
         elif isinstance(message, Stats):
             return {
@@ -120,10 +135,9 @@ class TopicListener(RedelayActor):
         if self.stopping or self.free_slots <= 0 or not self.pool.is_alive():
             return  # a dead pool means the watchdog is replacing this unit
         mark = self.notifier.ready_mark(self.topic)  # before the lease: see await_ready
+        limit = min(self.free_slots, self.batch_max)
         try:
-            batch = self.store.lease_batch(
-                self.topic, min(self.free_slots, self.batch_max), self.consumer
-            )
+            batch = self.store.lease_batch(self.topic, limit, self.consumer)
             self.leases += 1
         except redis.RedisError as exc:
             wait_ms = self.backoff.redis_failed(exc, "lease")
@@ -135,8 +149,13 @@ class TopicListener(RedelayActor):
         if leases:
             self.free_slots -= len(leases)
             self.leased += len(leases)
+            # A full lease that no gate held back means more are ready: the pool leases the slots
+            # these jobs free in the round trip of their acks (see ConsumerPool._flush), without
+            # a SlotsFreed, Fetch and Run between the two actors and a round trip of its own.
+            full = len(leases) == limit and batch.wait_ms == 0 and len(self.store.shard_keys) == 1
+            refill = Refill(self.consumer, self.batch_max) if full else None
             try:
-                self.pool.tell(Run(tuple(leases)))
+                self.pool.tell(Run(tuple(leases), refill))
             except pykka.ActorDeadError:
                 self._give_back(leases)
                 return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -64,30 +64,31 @@ class StopFetching:
     """TopicListener (ask, shutdown): lease nothing more; answers its free slots."""
 
 
+class Refill(NamedTuple):
+    """What a pool needs to lease for itself (see Run): the consumer name its leases carry, and
+    the most jobs one lease may take."""
+
+    consumer: str
+    batch_max: int
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
-    """ConsumerPool: start these leased jobs."""
+    """ConsumerPool: start these leased jobs. Each Run also says whether the pool refills: with
+    ``refill`` (the listener's lease was full and no gate held it back) the pool leases the slots
+    its jobs free by itself, in the round trip of their acks, until one of its own leases comes
+    back short or a Run without ``refill`` arrives (the listener sends an empty one when it is
+    told StopFetching). Slots the pool does not fill go back to the listener with SlotsFreed."""
 
     leases: tuple[Lease, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """ConsumerPool (from a handler thread or the event loop): a job's handler returned or
-    raised."""
-
-    key: tuple[str, str]
-    token: str
-    ok: bool
-    detail: str = ""
-    retry_after_ms: int | None = None
-    error: BaseException | None = None  # a failure's exception, for the log and the hooks
-    traceback: str = ""
+    refill: Refill | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Flush:
-    """ConsumerPool: ack and fail what finished, in one round trip each."""
+    """ConsumerPool: ack and fail what finished, in one round trip each. A handler's result is not
+    a message of its own: it goes on the pool's result queue, and the first of a burst tells the
+    pool this (see ConsumerPool._report)."""
 
 
 @dataclass(frozen=True, slots=True)

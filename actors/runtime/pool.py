@@ -1,9 +1,10 @@
 """ConsumerPool: runs one topic's handler with a concurrency limit and a timeout.
 
 Handlers run on worker threads, or on the pool's own event loop when they are coroutines.
-Results come back as Finished messages; the pool acks and fails them in batches (one round trip
-each for everything that finished meanwhile), extends the leases of long handlers so no other
-consumer is handed their job, and tells the listener how many slots it freed.
+Results come back through a queue the pool drains on one Flush message per burst (not one
+message per job: see ``_report``); the pool acks and fails them in batches (one round trip each
+for everything that finished meanwhile), extends the leases of long handlers so no other consumer
+is handed their job, and tells the listener how many slots it freed.
 
 A sync handler that overruns its timeout is failed (the job is retried on its schedule) and
 counted in ``timeouts``. Python cannot kill a thread, so that thread keeps running and keeps its
@@ -27,6 +28,7 @@ import inspect
 import logging
 import sys
 import traceback
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -48,8 +50,8 @@ from actors.runtime._workers import EventLoopThread, Task, WorkerThreads
 from actors.runtime.messages import (
     CheckRunning,
     Drain,
-    Finished,
     Flush,
+    Refill,
     Run,
     SetListener,
     SlotsFreed,
@@ -132,6 +134,11 @@ class ConsumerPool(RedelayActor):
         self.fails: list[_Failure] = []
         self.slots_to_free = 0
         self.flush_pending = False
+        # What handlers returned, appended by their threads (deque.append is atomic) and taken by
+        # the pool's own thread on a Flush; results_told: a Flush for them is in the mailbox.
+        self.results: deque[tuple[Lease, Outcome]] = deque()
+        self.results_told = False
+        self.refill: Refill | None = None  # lease freed slots with the acks (see Run, _flush)
         self.check_pending = False
         self.drain_future: pykka.Future[int] | None = None
         self.drained = False
@@ -147,6 +154,8 @@ class ConsumerPool(RedelayActor):
             "released": 0,
             "extended": 0,
             "flushes": 0,
+            "refills": 0,  # acks that leased the next jobs in their round trip
+            "refilled": 0,  # jobs those leased
         }
         self.threads: WorkerThreads | None = None
         self.loop: EventLoopThread | None = None
@@ -164,7 +173,9 @@ class ConsumerPool(RedelayActor):
 
     def on_stop(self) -> None:
         super().on_stop()
+        self.refill = None  # the last acks lease nothing: no thread would run it
         self._release_not_started()
+        self._take_results()  # handlers that returned before the stop are acked, not expired
         self._flush()
         self._close_workers()
 
@@ -188,11 +199,11 @@ class ConsumerPool(RedelayActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Run):
+            self.refill = message.refill
             self._run(message.leases)
-        elif isinstance(message, Finished):
-            self._finished(message)
         elif isinstance(message, Flush):
             self.flush_pending = False
+            self._take_results()
             self._flush()
         elif isinstance(message, CheckRunning):
             self.check_pending = False
@@ -250,24 +261,36 @@ class ConsumerPool(RedelayActor):
         self._report(lease, outcome)
 
     def _report(self, lease: Lease, outcome: Outcome) -> None:
-        # If the pool was stopped or restarted meanwhile, the job keeps its lease until it
-        # expires and a sweeper recovers it.
-        o = outcome
-        finished = Finished(
-            lease.key, lease.token, o.ok, o.detail, o.retry_after_ms, o.error, o.traceback
-        )
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(finished)
+        """Runs on the handler's thread or the event loop. One Flush message per burst, not a
+        message per job: a handler that returns while a Flush is still in the mailbox only
+        appends. No result is left behind: the flag is cleared before the queue is drained
+        (``_take_results``) and read here after the append, so either that drain sees this
+        result or this call tells a new Flush. If the pool was stopped or restarted meanwhile,
+        the job keeps its lease until it expires and a sweeper recovers it."""
+        self.results.append((lease, outcome))
+        if not self.results_told:
+            self.results_told = True  # two threads may both tell: the second Flush finds nothing
+            with contextlib.suppress(pykka.ActorDeadError):
+                self.actor_ref.tell(Flush())
 
     # -- results ----------------------------------------------------------------------------
 
-    def _finished(self, message: Finished) -> None:
-        running = self.running.get(message.key)
-        if running is None or running.lease.token != message.token:
+    def _take_results(self) -> None:
+        self.results_told = False  # before draining: see _report
+        results = self.results
+        if not results:
             return
-        del self.running[message.key]
-        self.slots_to_free += 1
+        while results:
+            lease, outcome = results.popleft()
+            self._finished(lease.key, lease.token, outcome)
         self.metrics.busy(len(self.running))
+
+    def _finished(self, key: tuple[str, str], token: str, o: Outcome) -> None:
+        running = self.running.get(key)
+        if running is None or running.lease.token != token:
+            return
+        del self.running[key]
+        self.slots_to_free += 1
         if running.timed_out_ms is not None:
             log.info(
                 "pool %s: job %s attempt %d: the handler that timed out returned %s late; "
@@ -278,42 +301,40 @@ class ConsumerPool(RedelayActor):
                 _seconds(self.clock.now_ms() - running.timed_out_ms),
             )
         else:
-            outcome = "ok" if message.ok else "error"
-            self.metrics.finished(outcome, self.clock.now_ms() - running.started_ms)
-            topic, job_id = message.key
-            if message.ok:
-                self.acks.append((topic, job_id, message.token, message.detail))
+            self.metrics.finished(
+                "ok" if o.ok else "error", self.clock.now_ms() - running.started_ms
+            )
+            if o.ok:
+                self.acks.append((key[0], key[1], token, o.detail))
                 self.ack_spans.append(running.span)
             else:
-                after_ms = message.retry_after_ms
+                after_ms = o.retry_after_ms
                 if after_ms is not None:  # Retry checks its delay; this keeps a batch sendable
                     after_ms = min(max(0, after_ms), c.DELAY_MAX_MS)
                 self.fails.append(
-                    _Failure(
-                        running.lease,
-                        message.detail,
-                        after_ms,
-                        message.error,
-                        message.traceback,
-                        running.span,
-                    )
+                    _Failure(running.lease, o.detail, after_ms, o.error, o.traceback, running.span)
                 )
-        self._request_flush()
 
     def _request_flush(self) -> None:
-        # Flush after the Finished messages already queued: they share one round trip.
+        # Flush after the messages already queued: what they report shares one round trip.
         if not self.flush_pending:
             self.flush_pending = True
             self.actor_ref.tell(Flush())
 
     def _flush(self) -> None:
-        # The slots are free as soon as the handlers returned: tell the listener first, so its
-        # next lease and these acks are on the wire at the same time.
-        self._free_slots()
+        refill = self._refill_limit()
+        if not refill:
+            # The slots are free as soon as the handlers returned: tell the listener first, so
+            # its next lease and these acks are on the wire at the same time.
+            self._free_slots()
         try:
             while self.acks:
                 batch = self.acks[: c.BATCH_MAX_JOBS]
-                codes = self.store.ack_many(batch)
+                if refill:
+                    codes = self._ack_and_refill(batch, refill)
+                    refill = 0
+                else:
+                    codes = self.store.ack_many(batch)
                 self.counts["flushes"] += 1
                 acked = codes.count(ErrorCode.OK)
                 self.counts["acked"] += acked
@@ -340,6 +361,43 @@ class ConsumerPool(RedelayActor):
             return
         self.backoff.redis_ok()
         self._maybe_idle()
+
+    def _refill_limit(self) -> int:
+        """How many jobs to lease with the acks: the freed slots, while the listener's last Run
+        asked for refills; 0 when there are no acks to carry the lease, when draining, or for a
+        namespace of several shards (whose lease takes two round trips anyway)."""
+        refill = self.refill
+        if refill is None or not self.acks or self.drain_future is not None:
+            return 0
+        if len(self.store.shard_keys) != 1:
+            return 0
+        return min(self.slots_to_free, refill.batch_max)
+
+    def _ack_and_refill(self, batch: list[tuple[str, str, str, str]], limit: int) -> list[Any]:
+        """Acks ``batch`` and leases up to ``limit`` jobs for the slots they freed, in one round
+        trip. The leases are started before an error of the acks is raised, so no leased job
+        waits for its lease to expire. Refilling stops when the lease failed, came back short or
+        was held back by the topic's gate: the slots it did not fill go to the listener, whose
+        next lease meets the gate (or the empty list, and waits for a notice) as usual."""
+        assert self.refill is not None
+        codes, leased = self.store.ack_and_lease(batch, self.topic, limit, self.refill.consumer)
+        leases: list[Lease] = []
+        if isinstance(leased, Exception):
+            log.debug("pool %s: the lease with the acks failed (%s)", self.topic, leased)
+            self.refill = None
+        else:
+            leases = leased.leases
+            if len(leases) < limit or leased.wait_ms != 0:
+                self.refill = None
+        self.slots_to_free -= len(leases)
+        self._free_slots()
+        if leases:
+            self.counts["refills"] += 1
+            self.counts["refilled"] += len(leases)
+            self._run(tuple(leases))
+        if isinstance(codes, Exception):
+            raise codes
+        return codes
 
     def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
         """Logs a stored failed attempt and hands it to the hooks. A refused one (its lease was

@@ -476,6 +476,31 @@ class Store(ShardPlan):
         return self.ack_many([(topic, job_id, token)], detail)[0]
 
     @_cluster_errors
+    def ack_and_lease(
+        self, acks: Sequence[tuple[str, str, str, str]], topic: str, limit: int, consumer: str
+    ) -> tuple[list[ErrorCode] | Exception, LeaseBatch | Exception]:
+        """``ack_many(acks)`` and then ``lease_batch(topic, limit, consumer)`` in one round trip:
+        one pipeline of the two script calls (the lease sees the acks' effects, e.g. on a
+        max_in_flight limit). One shard only. Each half's error comes back in its place rather
+        than raised, so a caller whose acks failed still gets the jobs the lease took (and a
+        caller whose lease failed still learns what its acks did)."""
+        if len(self.shard_keys) != 1:
+            raise ValueError("ack_and_lease: a namespace of one shard only")
+        self._batch_limit(acks, "acks")
+        validation.topic(topic)
+        validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
+        rows = [(self._member(a[0], a[1]), a[2], validation.reason(a[3])) for a in acks]
+        at = self._now()
+        ack_reply, lease_reply = self._batch.run(
+            [calls.ack(self.keys, at, rows), calls.lease(self.keys, at, topic, limit, consumer)],
+            raise_errors=False,
+        )
+        codes = ack_reply if isinstance(ack_reply, Exception) else calls.error_codes(ack_reply)
+        if isinstance(lease_reply, Exception):
+            return codes, lease_reply
+        return codes, calls.lease_batch(topic, lease_reply)
+
+    @_cluster_errors
     def fail_many(
         self,
         failures: Sequence[tuple[str, str, str, str, int | None]],

@@ -1,0 +1,131 @@
+"""Redis CPU per delivered job, by what the scripts do: the lease and ack of a job on the Store.
+
+One private redis-server; one namespace per variant of the scripts, each with ``--jobs`` ready
+jobs; the variants lease (``--batch`` at a time) and ack in turns of ``--chunk`` jobs, so a change
+in the machine's load hits them all alike, and the server's CPU (INFO cpu) is summed per variant.
+The variants are this checkout's scripts with one part of ``lua/_lib.lua`` turned off in a copy
+(never the scripts Redis runs for anyone else), to show what each part costs:
+
+- ``as is``: the scripts as they are;
+- ``no history sweep``: ``forget_trimmed_histories`` returns at once;
+- ``no history index``: ``index_entry`` too (the per-job index of the audit stream);
+- ``no audit``: ``audit`` too (no stream entry at all).
+
+The last three are not options: every transition must write its audit entry. What is left under
+``no audit`` is the lease and ack work itself and the round trips. ``--lua DIR`` adds the scripts
+of another directory as a variant (e.g. an older checkout's ``lua/``), to compare versions.
+
+    python -m simulations.script_cost --batch 10 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+from pathlib import Path
+
+import redis
+
+from actors import DelayQueue
+from actors.server.embedded import RedisProcess
+from actors.storage.scripts import load_sources, lua_dir
+from actors.storage.store import Store
+
+# Each variant turns off one more helper of _lib.lua: a `do return end` as its first line.
+_OFF = {
+    "no history sweep": ["forget_trimmed_histories"],
+    "no history index": ["forget_trimmed_histories", "index_entry"],
+    "no audit": ["forget_trimmed_histories", "index_entry", "audit"],
+}
+
+
+def _variant_dir(base: Path, functions: list[str], into: Path) -> Path:
+    into.mkdir(parents=True)
+    for path in base.glob("*.lua"):
+        text = path.read_text()
+        if path.name == "_lib.lua":
+            for name in functions:
+                text, found = re.subn(
+                    rf"^(local function {name}\(.*\)\n)", r"\1  do return end\n", text, flags=re.M
+                )
+                if found != 1:
+                    raise SystemExit(f"_lib.lua: no function {name} to turn off")
+        (into / path.name).write_text(text)
+    return into
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _use_scripts(store: Store, directory: Path) -> None:
+    """Makes the store run the scripts of ``directory`` (same names, same keys)."""
+    runner = store._batch.runner
+    runner._scripts = {
+        name: (keys, store.client.register_script(source))
+        for name, (keys, source) in load_sources(directory).items()
+    }
+
+
+def measure(
+    url: str, variants: dict[str, Path], jobs: int, batch: int, chunk: int
+) -> dict[str, float]:
+    """Redis CPU microseconds per job (lease + ack) for each variant."""
+    admin = redis.Redis.from_url(url)
+    queues: list[DelayQueue] = []
+    stores: dict[str, Store] = {}
+    for n, (label, directory) in enumerate(variants.items()):
+        queue = DelayQueue(url, f"cost{batch}x{n}", producer_only=True)
+        queues.append(queue)
+        for start in range(0, jobs, 1_000):
+            queue.add_many(
+                {"topic": "t", "id": str(k)} for k in range(start, min(start + 1_000, jobs))
+            )
+        stores[label] = queue.store
+        _use_scripts(queue.store, directory)
+    spent = dict.fromkeys(variants, 0.0)
+    moved = dict.fromkeys(variants, 0)
+    left = set(variants)
+    try:
+        while left:
+            for label in sorted(left):
+                store, before, turn = stores[label], _redis_cpu_s(admin), 0
+                while turn < chunk:
+                    leases = store.lease("t", batch, "cost")
+                    if not leases:
+                        left.discard(label)  # every job done
+                        break
+                    store.ack_many([(x.topic, x.id, x.token) for x in leases])
+                    turn += len(leases)
+                spent[label] += _redis_cpu_s(admin) - before
+                moved[label] += turn
+    finally:
+        for queue in queues:
+            queue.close()
+        admin.close()
+    return {label: spent[label] / max(1, moved[label]) * 1e6 for label in variants}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per variant")
+    parser.add_argument("--batch", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--chunk", type=int, default=500, help="jobs per turn")
+    parser.add_argument("--lua", type=Path, action="append", default=[], help="another lua/")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
+        variants = {"as is": lua_dir()}
+        for label, functions in _OFF.items():
+            variants[label] = _variant_dir(lua_dir(), functions, Path(directory) / label)
+        for extra in args.lua:
+            variants[str(extra)] = extra
+        for batch in args.batch:
+            costs = measure(server.url, variants, args.jobs, batch, args.chunk)
+            for label, us in costs.items():
+                print(f"batch {batch}: {label}: Redis CPU {us:.1f} us per job (lease + ack)")
+
+
+if __name__ == "__main__":
+    main()

@@ -89,21 +89,26 @@ local function forget_trimmed_histories()
   local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
   if #oldest == 0 then return end
   local cutoff_ms = entry_ms(oldest[1][1])
-  local cursor, pass_ms = '0', nil
   local state = rcall('HGET', history_key, CURSOR_FIELD)
-  if state then
-    local saved_cursor, saved_ms = string.match(state, '^(%d+) (%d+)$')
-    cursor, pass_ms = saved_cursor, tonumber(saved_ms)
+  if not state then
+    -- The index's first ending call: every field was written after the stream's oldest entry
+    -- (or is a live job's, refreshed by its next event), so nothing is stale yet.
+    rcall('HSET', history_key, CURSOR_FIELD, '0 ' .. cutoff_ms)
+    return
   end
+  local cursor, saved_ms = string.match(state, '^(%d+) (%d+)$')
+  local pass_ms = tonumber(saved_ms)
   if cursor == '0' then
-    if pass_ms ~= nil and cutoff_ms <= pass_ms then return end  -- nothing trimmed since
+    if cutoff_ms <= pass_ms then return end  -- nothing trimmed since the last pass began
     pass_ms = cutoff_ms
   end
   local page = rcall('HSCAN', history_key, cursor, 'COUNT', budget)
   local found, stale = page[2], {}
   for j = 1, #found, 2 do
     if found[j] ~= CURSOR_FIELD then
-      local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$'))
+      -- The newest id ends the value; an id is at most 33 characters (ms, "-", a 64-bit
+      -- sequence), so the match starts 34 from the end instead of scanning the whole value.
+      local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$', -34))
       if newest_ms < cutoff_ms then stale[#stale + 1] = found[j] end
     end
   end

@@ -86,8 +86,13 @@ DEFAULT_AUDIT_MAXLEN: Final = 1_000_000
 REDIS_FULL_CHECK_MS: Final = 1_000
 REDIS_FULL_LOG_MS: Final = 60_000
 REDIS_FULL_AUDIT_KEEP: Final = 1_000
-REDIS_FULL_MARGIN: Final = 0.01  # "full" from 1% under maxmemory: see Store.memory
-REDIS_FULL_CLEAR_MARGIN: Final = 0.1  # and until 10% under it
+# "Full" from 1% or 64 KiB under maxmemory, whichever is more (see Store.memory), and until 10%
+# or 256 KiB under it. The bytes cover a client connecting or leaving and Redis shrinking a
+# query buffer, which move used_memory by tens of KiB: on a small maxmemory that is over 1%.
+REDIS_FULL_MARGIN: Final = 0.01
+REDIS_FULL_MARGIN_BYTES: Final = 64 * 1024
+REDIS_FULL_CLEAR_MARGIN: Final = 0.1
+REDIS_FULL_CLEAR_MARGIN_BYTES: Final = 256 * 1024
 
 # A worker writes its heartbeat this often; the key expires after three missed beats, so a
 # crashed worker disappears by itself within HEARTBEAT_TTL_MS.

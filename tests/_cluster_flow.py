@@ -146,15 +146,24 @@ class Flow:
         with self.log.lock:
             return set(self.log.confirmed) <= self.log.acked
 
+    def _acked(self, job_id: str) -> bool:
+        """Whether the surviving store's audit says the job was acked. An ack can take effect
+        and replicate while its reply dies with the master; its retry then finds the job gone,
+        so the log never saw it succeed. The ``acked`` entry is written by the ack's own script,
+        so it exists exactly when the ack did."""
+        entries = self.store.job_entries(TOPIC, job_id)
+        return any(fields.get("e") == "acked" for _, fields in entries)
+
     def problems(self) -> list[str]:
         """Safety first (nothing early, audit agrees), then liveness (nothing lost)."""
         found = [f"early: {e}" for e in self.log.early[:5]]
         replay = fold(self.store.iter_audit())
         found += [f"replay anomaly: {a}" for a in replay.anomalies[:5]]
         found += [f"replay drift: {d}" for d in compare(replay, self.store.snapshot())[:5]]
-        lost = sorted(set(self.log.confirmed) - self.log.acked)
+        lost = [j for j in sorted(set(self.log.confirmed) - self.log.acked) if not self._acked(j)]
         if lost:
-            found.append(f"lost {len(lost)} confirmed jobs, e.g. {lost[:5]}")
+            events = [f["e"] for _, f in self.store.job_entries(TOPIC, lost[0])]
+            found.append(f"lost {len(lost)} confirmed jobs, e.g. {lost[:5]}; {lost[0]}: {events}")
         if len(self.log.confirmed) < self.jobs // 2:
             found.append(f"only {len(self.log.confirmed)} of {self.jobs} adds were confirmed")
         return found

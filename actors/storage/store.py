@@ -774,13 +774,14 @@ class Store(ShardPlan):
     @_cluster_errors
     def memory(self) -> dict[str, Any]:
         """``used_memory`` and ``maxmemory`` (0: no limit) of the fullest node, and ``full``:
-        whether it is within 1% of its limit or over it, and once full, until it is 10% under
-        it (INFO memory, one call per node). While full, this store's scripts trim the audit
-        stream to ``REDIS_FULL_AUDIT_KEEP`` entries.
+        whether it is within 1% (at least 64 KiB) of its limit or over it, and once full, until
+        it is 10% (at least 256 KiB) under it (INFO memory, one call per node). While full, this
+        store's scripts trim the audit stream to ``REDIS_FULL_AUDIT_KEEP`` entries.
 
         Redis refuses an add when its memory, with the add's own request buffered, is over the
         limit, and subtracts buffers INFO counts: right after a refusal ``used_memory`` may be a
-        little under ``maxmemory``, hence the 1%."""
+        little under ``maxmemory``, hence the margin. A client leaving, or a query buffer that
+        Redis shrinks, frees tens of KiB at any moment, hence its floor in bytes."""
         if isinstance(self.client, RedisCluster):
             found = self.client.info("memory", target_nodes=RedisCluster.PRIMARIES)
             infos = [found] if "used_memory" in found else list(found.values())
@@ -790,8 +791,11 @@ class Store(ShardPlan):
         used, limit = max(nodes, key=lambda n: n[0] / n[1] if n[1] else 0.0)
         # Hysteresis: trimming the audit frees memory at once, and a flag that cleared then
         # would let the next transitions write long history again.
-        margin = c.REDIS_FULL_CLEAR_MARGIN if self.redis_full else c.REDIS_FULL_MARGIN
-        self.redis_full = limit > 0 and used >= limit * (1 - margin)
+        if self.redis_full:
+            margin = max(limit * c.REDIS_FULL_CLEAR_MARGIN, c.REDIS_FULL_CLEAR_MARGIN_BYTES)
+        else:
+            margin = max(limit * c.REDIS_FULL_MARGIN, c.REDIS_FULL_MARGIN_BYTES)
+        self.redis_full = limit > 0 and used >= limit - margin
         return {"used_memory": used, "maxmemory": limit, "full": self.redis_full}
 
     @_cluster_errors

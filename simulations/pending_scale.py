@@ -94,7 +94,11 @@ def fill(store: Store, pending: int, due_hours: tuple[float, float], seed: int) 
         running = [pool.submit(add, thread) for thread in range(FILL_THREADS)]
         while wait(running, timeout=PROGRESS_EVERY_S).not_done:
             rate = sum(added) / (time.monotonic() - started)
-            print(f"  filled {sum(added):,} of {pending:,} ({rate:,.0f} jobs/s)", flush=True)
+            print(
+                f"  filled {sum(added):,} of {pending:,} ({rate:,.0f} jobs/s)",
+                file=sys.stderr,
+                flush=True,
+            )
         for done in running:
             done.result()  # raises what a thread raised
     return pending / max(1e-9, time.monotonic() - started)
@@ -196,7 +200,7 @@ def filled_server(pending: int, args: argparse.Namespace, workdir: Path) -> Fill
     store.add_many([store.new_job("warm-up", "0", None, delay_ms=1)])
     store.cancel("warm-up", "0")
     baseline = server.settled_stats().used_memory
-    print(f"pending {pending:,}: filling", flush=True)
+    print(f"pending {pending:,}: filling", file=sys.stderr, flush=True)
     fill_rate = fill(store, pending, tuple(args.pending_due_hours), args.seed)
     grown = server.settled_stats().used_memory - baseline
     record: dict[str, Any] = {"pending": pending, "fill_jobs_per_s": round(fill_rate)}
@@ -238,7 +242,11 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
         for n in range(args.repeat):
             for scenario in scenarios(args):
                 for one in servers:
-                    print(f"pending {one.pending:,}: {scenario.name} {n + 1}", flush=True)
+                    print(
+                        f"pending {one.pending:,}: {scenario.name} {n + 1}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     record = run_scenario(BY_NAME[SYSTEM], scenario, context, one.server)
                     record.pop("lateness_ms_quantiles", None)
                     one.record[scenario.kind].append(record)

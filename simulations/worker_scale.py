@@ -50,6 +50,13 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot, from /proc/stat's first line."""
+    values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle and iowait
+    return sum(values) - idle, sum(values)
+
+
 def redis_cpu_s(client: redis.Redis) -> float:
     info: Any = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -151,6 +158,7 @@ def run_one(k: int, args: argparse.Namespace, workdir: Path, pinned: bool) -> di
         workers = start_workers(server.process.url, k, args.jobs, args.concurrency, workdir)
         load_before = os.getloadavg()
         cpu_before = [cpu_ms_of(w.process.pid) for w in workers]
+        ticks_before = machine_ticks()
         redis_before, started = redis_cpu_s(server.client), time.monotonic()
         store.pause(TOPIC, False)  # resume
         deadline = started + args.timeout
@@ -162,6 +170,9 @@ def run_one(k: int, args: argparse.Namespace, workdir: Path, pinned: bool) -> di
         redis_s = redis_cpu_s(server.client) - redis_before
         worker_ms = sum(cpu_ms_of(w.process.pid) for w in workers) - sum(cpu_before)
         load_after = os.getloadavg()
+        busy, total = (
+            after - before for after, before in zip(machine_ticks(), ticks_before, strict=True)
+        )
         for worker in workers:
             worker.signal("stop")
         for worker in workers:
@@ -185,6 +196,8 @@ def run_one(k: int, args: argparse.Namespace, workdir: Path, pinned: bool) -> di
         "redis_cpu_utilisation": round(redis_s / wall_s, 3),
         "workers_cpu_us_per_job": round(worker_ms * 1000 / max(1, delivered), 2),
         "workers_cpu_utilisation": round(worker_ms / 1000 / wall_s, 3),
+        # Every process on the machine, ours and others': how much of the cores was left.
+        "machine_cpu_busy": round(busy / max(1, total), 3),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
     }
@@ -196,6 +209,7 @@ SUMMARY_FIELDS = (
     "redis_cpu_utilisation",
     "workers_cpu_us_per_job",
     "workers_cpu_utilisation",
+    "machine_cpu_busy",
 )
 
 
@@ -231,7 +245,7 @@ def report(result: dict[str, Any]) -> str:
             f"{s['duplicates']}; Redis CPU {spread('redis_cpu_us_per_job')} us/job, Redis busy "
             f"{spread('redis_cpu_utilisation', 100)}% of a core; workers' CPU "
             f"{spread('workers_cpu_us_per_job')} us/job, {spread('workers_cpu_utilisation', 100)}%"
-            " of a core"
+            f" of a core; all {result['cpus']} cores {spread('machine_cpu_busy', 100)}% busy"
         )
     return "\n".join(lines)
 

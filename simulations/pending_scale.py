@@ -317,12 +317,12 @@ def report(result: dict[str, Any]) -> str:
             )
         lines.append(f"    not in any key's MEMORY USAGE: {m['rest_bytes_per_pending_job']} B/job")
         lines.append(
-            f"  delivery: {im['delivered']:,} of {im['jobs']:,} jobs due now delivered, "
+            f"  delivery: {im['delivered']:,} of {im['jobs']:,} jobs due now delivered (all runs), "
             f"{_spread(im, 'delivered_jobs_per_s')} jobs/s, {im['duplicates']} duplicates; "
             f"Redis CPU {_spread(im, 'redis_cpu_ms_per_1k_jobs')} ms per 1k jobs"
         )
         lines.append(
-            f"  steady: {st['delivered']:,} of {st['jobs']:,} delivered, lateness p50 "
+            f"  steady: {st['delivered']:,} of {st['jobs']:,} delivered (all runs), lateness p50 "
             f"{_spread(st, 'lateness_ms_p50', ' ms')}, p99 {_spread(st, 'lateness_ms_p99', ' ms')},"
             f" max {_spread(st, 'lateness_ms_max', ' ms')}, early {st['early_deliveries']}, "
             f"duplicates {st['duplicates']}"

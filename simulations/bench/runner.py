@@ -263,10 +263,15 @@ def memory_per_job(
     return found
 
 
-def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) -> dict[str, Any]:
-    """Runs one scenario on a fresh server; returns the record (see report.RECORD_FIELDS)."""
-    server_dir = context.workdir / f"redis-{system.name}-{scenario.name}"
-    server = BenchServer(server_dir)
+def run_scenario(
+    system: SystemInfo, scenario: Scenario, context: RunContext, server: BenchServer | None = None
+) -> dict[str, Any]:
+    """Runs one scenario on a fresh server, or on ``server`` when given (left running, with
+    whatever the caller put in it: simulations.pending_scale fills it first); returns the record
+    (see report.RECORD_FIELDS)."""
+    own_server = server is None
+    if server is None:
+        server = BenchServer(context.workdir / f"redis-{system.name}-{scenario.name}")
     record: dict[str, Any] = {"system": system.name, "scenario": scenario.name}
     record["jobs"] = scenario.jobs
     worker: Agent | None = None
@@ -328,7 +333,8 @@ def run_scenario(system: SystemInfo, scenario: Scenario, context: RunContext) ->
     finally:
         if worker is not None:
             worker.stop()
-        server.stop()
+        if own_server:
+            server.stop()
     record["wall_s"] = round(time.monotonic() - started, 2)
     return record
 

@@ -114,3 +114,14 @@ def test_a_peer_that_did_not_run_is_an_error_and_a_missing_api_is_not() -> None:
     section = report.skipped_section([not_applicable, missing])
     assert "**ERROR, did not run**: bullmq / immediate: npm failed" in section
     assert "not applicable: rq / enqueue-batch" in section
+
+
+def _headings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("## ")]
+
+
+def test_every_section_of_the_page_comes_from_the_template() -> None:
+    """`make bench` rewrites docs/benchmarks.md from the template: a section written into the page
+    alone (a hand-run simulator's figures) would be dropped by the next run."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+    assert _headings(page.read_text()) == _headings(report.TEMPLATE_PATH.read_text())

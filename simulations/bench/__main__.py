@@ -158,11 +158,13 @@ def run_all(
     return records, skipped
 
 
-def render_only(json_path: Path) -> int:
-    """Rewrites the page and charts next to ``json_path`` from its records (no new run)."""
+def render_only(json_path: Path, out_dir: Path | None = None) -> int:
+    """Rewrites the page and charts from ``json_path``'s records (no new run), next to it or
+    into ``out_dir``."""
     results: dict[str, Any] = json.loads(json_path.read_text())
     plan = [Scenario.from_json(s) for s in results["plan"]]
-    out_dir = json_path.parent
+    out_dir = out_dir or json_path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
     charts = results.get("charts") or {}
     if "lateness" in charts:
         chart.lateness_chart(results["records"], plan, out_dir / charts["lateness"])
@@ -170,15 +172,16 @@ def render_only(json_path: Path) -> int:
         chart.throughput_chart(results["records"], out_dir / charts["throughput"])
     sweep = results.get("concurrency_sweep") or []
     results["targets"] = [v.to_json() for v in targets.judge(results["records"], sweep)]
-    report.write(results, json_path, json_path.with_suffix(".md"))
-    print(f"rewrote {json_path.with_suffix('.md')} from {json_path}")
+    page_path = out_dir / json_path.with_suffix(".md").name
+    report.write(results, out_dir / json_path.name, page_path)
+    print(f"rewrote {page_path} from {json_path}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        return render_only(args.render)
+        return render_only(args.render, args.out_dir)
     plan = plan_for(args.mode, args.scenarios)
     systems = systems_for(args.systems)
     out_dir: Path = args.out_dir or (DOCS_DIR if args.mode == "full" else QUICK_DIR)

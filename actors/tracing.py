@@ -133,6 +133,17 @@ class Tracing:
 
     # -- consuming --------------------------------------------------------------------------
 
+    def process_batch(self, leases: Sequence[Lease]) -> list[Span | None] | None:
+        """The consumer spans of a batch of attempts, in order; None when there is nothing to
+        trace. A no-op tracer (the API without an SDK) makes only invalid spans, so when the
+        first is one the rest are not made (2 µs per job, on the path of every delivery)."""
+        if self.tracer is None or not leases:
+            return None
+        first = self.process(leases[0])
+        if first is None:
+            return None
+        return [first, *(self.process(lease) for lease in leases[1:])]
+
     def process(self, lease: Lease) -> Span | None:
         """Starts the consumer span of one attempt (the pool ends it with :func:`finish`);
         None when there is nothing to trace."""

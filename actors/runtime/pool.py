@@ -227,20 +227,21 @@ class ConsumerPool(RedelayActor):
 
     def _run(self, leases: tuple[Lease, ...]) -> None:
         now = self.clock.now_ms()
-        tracing = self.tracing
-        for lease in leases:
-            lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or self.lease_ms)
-            span = None if tracing is None else tracing.process(lease)
+        spans = None if self.tracing is None else self.tracing.process_batch(leases)
+        running_jobs, metrics, default_lease_ms = self.running, self.metrics, self.lease_ms
+        for n, lease in enumerate(leases):
+            lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or default_lease_ms)
+            span = None if spans is None else spans[n]
             running = _Running(lease, now, lease_ms, span=span)
-            self.running[lease.key] = running
+            running_jobs[lease.key] = running
             if self.loop is not None:
                 running.future = self.loop.submit(self._call_async(lease, span))
             else:
                 assert self.threads is not None
                 running.task = self.threads.submit(partial(self._call_sync, lease, span))
-            self.counts["started"] += 1
-            self.metrics.started(now - lease.due_ms)
-        self.metrics.jobs("leased", len(leases))
+            metrics.started(now - lease.due_ms)
+        self.counts["started"] += len(leases)
+        metrics.jobs("leased", len(leases))
         self.metrics.busy(len(self.running))
         if self.drain_future is not None:
             self._release_not_started()
@@ -280,12 +281,13 @@ class ConsumerPool(RedelayActor):
         results = self.results
         if not results:
             return
+        now = self.clock.now_ms()  # one reading for the burst: they were taken together
         while results:
             lease, outcome = results.popleft()
-            self._finished(lease.key, lease.token, outcome)
+            self._finished(lease.key, lease.token, outcome, now)
         self.metrics.busy(len(self.running))
 
-    def _finished(self, key: tuple[str, str], token: str, o: Outcome) -> None:
+    def _finished(self, key: tuple[str, str], token: str, o: Outcome, now: int) -> None:
         running = self.running.get(key)
         if running is None or running.lease.token != token:
             return
@@ -298,12 +300,10 @@ class ConsumerPool(RedelayActor):
                 self.topic,
                 running.lease.id,
                 running.lease.attempt,
-                _seconds(self.clock.now_ms() - running.timed_out_ms),
+                _seconds(now - running.timed_out_ms),
             )
         else:
-            self.metrics.finished(
-                "ok" if o.ok else "error", self.clock.now_ms() - running.started_ms
-            )
+            self.metrics.finished("ok" if o.ok else "error", now - running.started_ms)
             if o.ok:
                 self.acks.append((key[0], key[1], token, o.detail))
                 self.ack_spans.append(running.span)
@@ -339,7 +339,8 @@ class ConsumerPool(RedelayActor):
                 acked = codes.count(ErrorCode.OK)
                 self.counts["acked"] += acked
                 self.metrics.jobs("acked", acked)
-                self._count_lost(codes, [(a[0], a[1]) for a in batch])
+                if acked != len(codes):
+                    self._count_lost(codes, [(a[0], a[1]) for a in batch])
                 if self.tracing is not None:
                     for span, code in zip(self.ack_spans[: len(batch)], codes, strict=True):
                         finish(span, "ack" if code == ErrorCode.OK else "lost")

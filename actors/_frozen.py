@@ -1,27 +1,22 @@
-"""Filling a frozen slots dataclass in its own ``__init__`` at the cost of a plain class.
+"""Filling a frozen slots dataclass in a hand-written ``__init__`` at close to a plain class's cost.
 
 A frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__`` (its
-own ``__setattr__`` refuses), which made a ``Lease`` and a ``Job`` cost 2 to 3 µs each to build;
-one of each is built per delivered job. The few classes on that path write their ``__init__``
-by hand instead: the new instance becomes, for the moment it is filled, an instance of a plain
-class with the same slots (:func:`fields_class`), and then switches back. The instance is frozen
-again before ``__init__`` returns; equality, hashing, ``replace`` and pickling are the
-dataclass's own.
+own ``__setattr__`` refuses), which made a ``Lease`` and a ``Job`` cost about 1.5 µs each to
+build; one of each is built per delivered job. The few classes on that path write their
+``__init__`` by hand and set each slot through the slot's own descriptor (the ``__set__`` of the
+member descriptor ``slots=True`` creates), which skips the name lookup and the frozen check:
+about 0.8 µs for ten fields. Equality, hashing, ``replace`` and pickling stay the dataclass's own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-
-def fields_class(cls: type) -> type:
-    """A plain class with the same slots as ``cls`` (a dataclass with ``slots=True``): CPython
-    lets an instance switch between two classes whose slots are the same."""
-    return type(f"_{cls.__name__}Fields", (), {"__slots__": cls.__dict__["__slots__"]})
+SlotSetter = Callable[[Any, Any], None]
 
 
-def thaw(instance: object, fields: type) -> Any:
-    """``instance``, switched to ``fields`` (its class's fields_class) to be filled; the caller
-    switches it back by assigning its ``__class__``."""
-    object.__setattr__(instance, "__class__", fields)
-    return instance
+def slot_setters(cls: type) -> tuple[SlotSetter, ...]:
+    """The slot setters of a ``slots=True`` dataclass, in its fields' order."""
+    return tuple(cls.__dict__[field.name].__set__ for field in dataclasses.fields(cls))

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from actors import _validation as validation
-from actors._frozen import fields_class, thaw
+from actors._frozen import slot_setters
 from actors.values import Lease
 
 
@@ -39,18 +39,27 @@ class Job:
         token: str,
         callback: str | None = None,
     ) -> None:
-        # One per delivery: by hand, as the generated one costs 2 µs more (actors/_frozen.py).
-        fields = thaw(self, _JobFields)
-        fields.topic = topic
-        fields.id = id
-        fields.body = body
-        fields.body_bytes = body_bytes
-        fields.attempt = attempt
-        fields.due_ms = due_ms
-        fields.deadline_ms = deadline_ms
-        fields.token = token
-        fields.callback = callback
-        fields.__class__ = Job
+        # One per delivery: by hand, as the generated one costs 0.7 µs more (actors/_frozen.py).
+        (
+            set_topic,
+            set_id,
+            set_body,
+            set_body_bytes,
+            set_attempt,
+            set_due_ms,
+            set_deadline_ms,
+            set_token,
+            set_callback,
+        ) = _JOB_SETTERS
+        set_topic(self, topic)
+        set_id(self, id)
+        set_body(self, body)
+        set_body_bytes(self, body_bytes)
+        set_attempt(self, attempt)
+        set_due_ms(self, due_ms)
+        set_deadline_ms(self, deadline_ms)
+        set_token(self, token)
+        set_callback(self, callback)
 
     @classmethod
     def from_lease(cls, lease: Lease, *, undecodable_as_none: bool = False) -> Job:
@@ -75,7 +84,7 @@ class Job:
         )
 
 
-_JobFields = fields_class(Job)
+_JOB_SETTERS = slot_setters(Job)
 
 
 class Retry(Exception):

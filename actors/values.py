@@ -13,7 +13,7 @@ import orjson
 
 from actors import _constants as c
 from actors import _validation as validation
-from actors._frozen import fields_class, thaw
+from actors._frozen import slot_setters
 from actors.lifecycle import State
 
 
@@ -81,26 +81,36 @@ class Lease:
         lease_ms: int | None,
         traceparent: str | None = None,
     ) -> None:
-        # One per leased job: by hand, as the generated one costs 2 µs more (actors/_frozen.py).
-        fields = thaw(self, _LeaseFields)
-        fields.topic = topic
-        fields.id = id
-        fields.token = token
-        fields.deadline_ms = deadline_ms
-        fields.body = body
-        fields.attempt = attempt
-        fields.due_ms = due_ms
-        fields.callback = callback
-        fields.lease_ms = lease_ms
-        fields.traceparent = traceparent
-        fields.__class__ = Lease
+        # One per leased job: by hand, as the generated one costs 0.7 µs more (actors/_frozen.py).
+        (
+            set_topic,
+            set_id,
+            set_token,
+            set_deadline_ms,
+            set_body,
+            set_attempt,
+            set_due_ms,
+            set_callback,
+            set_lease_ms,
+            set_traceparent,
+        ) = _LEASE_SETTERS
+        set_topic(self, topic)
+        set_id(self, id)
+        set_token(self, token)
+        set_deadline_ms(self, deadline_ms)
+        set_body(self, body)
+        set_attempt(self, attempt)
+        set_due_ms(self, due_ms)
+        set_callback(self, callback)
+        set_lease_ms(self, lease_ms)
+        set_traceparent(self, traceparent)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.topic, self.id)
 
 
-_LeaseFields = fields_class(Lease)
+_LEASE_SETTERS = slot_setters(Lease)
 
 
 @dataclass(frozen=True, slots=True)

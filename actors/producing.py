@@ -17,9 +17,7 @@ from actors import _constants as c
 from actors import _validation as validation
 from actors.errors import ValidationError
 from actors.replay import history
-from actors.values import NewJob
-
-Entry = tuple[str, dict[str, str]]
+from actors.values import AuditEntry, NewJob
 
 # The names add_many's mappings take: add()'s arguments.
 JOB_FIELDS = frozenset({"topic", "id", "body", "delay", "at", "retry", "lease", "callback"})
@@ -235,7 +233,7 @@ def check_job_name(topic: str, job_id: str) -> None:
     validation.job_id(job_id)
 
 
-def audit_events(entries: Iterable[Entry], topic: str, job_id: str) -> list[AuditEvent]:
+def audit_events(entries: Iterable[AuditEntry], topic: str, job_id: str) -> list[AuditEvent]:
     """The job's events among ``entries`` (audit stream entries in time order), oldest first."""
     return [
         AuditEvent(

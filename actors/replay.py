@@ -40,10 +40,9 @@ from actors.lifecycle import (
     step,
     target,
 )
-from actors.values import Snapshot
+from actors.values import AuditEntry, Snapshot
 
 Key = tuple[str, str]
-Entry = tuple[str, dict[str, str]]
 
 # Ended jobs whose keys a fold remembers, to flag events after their end: at ~300 bytes a key,
 # about 30 MB however long the stream.
@@ -186,7 +185,7 @@ def _attempts_failed_before(event: Event, attempt: int, effects: frozenset[Effec
     return max(0, attempt - 1)  # the attempt that is next or running
 
 
-def fold(entries: Iterable[Entry], until_ms: int | None = None) -> Replay:
+def fold(entries: Iterable[AuditEntry], until_ms: int | None = None) -> Replay:
     """Replays events in stream order; with ``until_ms``, only those at or before that time."""
     replay = Replay()
     for entry_id, fields in entries:
@@ -196,7 +195,7 @@ def fold(entries: Iterable[Entry], until_ms: int | None = None) -> Replay:
     return replay
 
 
-def history(entries: Iterable[Entry], topic: str, job_id: str) -> list[Entry]:
+def history(entries: Iterable[AuditEntry], topic: str, job_id: str) -> list[AuditEntry]:
     """One job's events, oldest first."""
     return [(i, f) for i, f in entries if f.get("t") == topic and f.get("i") == job_id]
 

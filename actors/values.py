@@ -16,6 +16,9 @@ from actors import _validation as validation
 from actors._frozen import slot_setters
 from actors.lifecycle import State
 
+# One audit stream entry: its id and its fields (e, t, i, a, ms, then the event's own).
+AuditEntry = tuple[str, dict[str, str]]
+
 
 @dataclass(frozen=True, slots=True)
 class AuditRetention:

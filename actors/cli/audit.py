@@ -28,12 +28,11 @@ from actors.cli.output import (
 from actors.lifecycle import State
 from actors.replay import Drift, Replay, compare, fold
 from actors.storage.keys import shard_of
-from actors.values import Snapshot
+from actors.values import AuditEntry, Snapshot
 
 if TYPE_CHECKING:  # the store (and redis-py) comes with ctx.store(), not with the parser
     from actors.storage.store import Store
 
-Entry = tuple[str, dict[str, str]]
 CHUNK = 5_000
 
 
@@ -90,7 +89,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_verify)
 
 
-def stream_entries(store: Store, shard: int, start: str = "-", end: str = "+") -> Iterator[Entry]:
+def stream_entries(
+    store: Store, shard: int, start: str = "-", end: str = "+"
+) -> Iterator[AuditEntry]:
     """One shard's audit entries between two stream ids (inclusive), oldest first, in chunks."""
     return store.iter_shard_audit(shard, end, CHUNK, start=start)
 
@@ -136,7 +137,7 @@ def run_history(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _scanned_history(ctx: Context, store: Store, args: argparse.Namespace) -> list[Entry]:
+def _scanned_history(ctx: Context, store: Store, args: argparse.Namespace) -> list[AuditEntry]:
     """The job's events from a scan of its shard's stream (a job's events are in its shard)."""
     shard = shard_of(args.topic, args.id, store.shard_count)
     start = "-"
@@ -244,7 +245,7 @@ def run_verify(ctx: Context, args: argparse.Namespace) -> int:
     last_entries: list[str | None] = []
     for shard in range(store.shard_count):
         before, shard_live = _consistent_read(store, shard)
-        entries: Iterable[Entry] = (
+        entries: Iterable[AuditEntry] = (
             [] if before is None else stream_entries(store, shard, "-", before)
         )
         shard_replay = fold(progress.wrap(entries))

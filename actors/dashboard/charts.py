@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
-Entry = tuple[str, dict[str, str]]
+from actors.values import AuditEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ def bucket_index(at_ms: int, start_ms: int, bucket_ms: int, buckets: int) -> int
 
 
 def rates(
-    entries: Iterable[Entry], now_ms: int, *, window_ms: int, bucket_ms: int
+    entries: Iterable[AuditEntry], now_ms: int, *, window_ms: int, bucket_ms: int
 ) -> tuple[Series, Series]:
     """(acked jobs per second, worst lateness in seconds) per bucket over the last window."""
     buckets = window_ms // bucket_ms

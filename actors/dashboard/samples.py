@@ -13,7 +13,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from actors.dashboard.charts import Entry, Series, rates
+from actors.dashboard.charts import Series, rates
+from actors.values import AuditEntry
 
 WINDOW_MS = 5 * 60_000  # the charts' span and how far back "dead rising" looks
 BUCKET_MS = 10_000
@@ -21,7 +22,7 @@ CACHE_MS = 2_000
 AUDIT_READ = 1_000  # most entries per shard one refresh reads
 
 # recent(count, after): the newest ``count`` entries per shard after the entry id ``after``.
-Recent = Callable[[int, str | None], list[Entry]]
+Recent = Callable[[int, str | None], list[AuditEntry]]
 _CHARTED = ("acked", "ready")
 
 
@@ -39,7 +40,7 @@ class Samples:
         self._recent = recent
         self._lock = threading.Lock()
         self._dead: dict[str, deque[tuple[int, int]]] = {}
-        self._entries: deque[Entry] = deque()
+        self._entries: deque[AuditEntry] = deque()
         self._last_id: str | None = None
         self._refreshed_ms: int | None = None
         self.sampled = False  # a refresh hit AUDIT_READ: the chart shows a part of the entries

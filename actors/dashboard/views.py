@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 
 from actors.cli.output import format_duration_ms, format_relative_ms, last_error
 from actors.schedules import ScheduleInfo
-from actors.values import JobInfo
+from actors.values import AuditEntry, JobInfo
 
-Entry = tuple[str, dict[str, str]]
 NO_TRACEBACK = "no traceback (lease expired, Retry, or an async timeout)"
 
 
@@ -67,7 +66,7 @@ class TimelineRow:
 _DETAIL_FIELDS = ("to", "due", "was", "from", "by", "dl", "why", "via", "detail", "op", "code")
 
 
-def timeline(entries: Iterable[Entry]) -> list[TimelineRow]:
+def timeline(entries: Iterable[AuditEntry]) -> list[TimelineRow]:
     rows = []
     for _, fields in entries:
         parts = []
@@ -90,7 +89,7 @@ def timeline(entries: Iterable[Entry]) -> list[TimelineRow]:
     return rows
 
 
-def lease_holder(entries: Iterable[Entry]) -> str | None:
+def lease_holder(entries: Iterable[AuditEntry]) -> str | None:
     """The consumer named by the job's latest ``leased`` event (who holds or last held it)."""
     holder = None
     for _, fields in entries:

@@ -44,10 +44,17 @@ from actors.storage.namespace_config import (
     unrecorded_jobs_error,
 )
 from actors.storage.plan import KEEP_ROUNDS, ShardPlan
-from actors.storage.reads import Entry
 from actors.storage.script_batch import WaitFor
 from actors.storage.scripts import refused_for_memory
-from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
+from actors.values import (
+    AuditEntry,
+    AuditRetention,
+    Durability,
+    JobInfo,
+    JobPage,
+    NewJob,
+    TopicConfig,
+)
 
 log = logging.getLogger("actors.async_store")
 
@@ -212,7 +219,7 @@ class AsyncStore(ShardPlan):
         listed, positions, shard_calls = self._jobs_calls(topic, state, after, limit)
         return self._jobs_page(topic, listed, positions, await self._run(shard_calls), limit)
 
-    async def job_entries(self, topic: str, job_id: str) -> list[Entry]:
+    async def job_entries(self, topic: str, job_id: str) -> list[AuditEntry]:
         """As :meth:`Store.job_entries`: the job's audit entries through the per-job index."""
         keys, job = self._job_keys(topic, job_id)
         (reply,), _ = await self._batch.run([calls.history(keys, self._now(), job)])

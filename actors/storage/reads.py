@@ -15,9 +15,7 @@ from actors.lifecycle import State
 from actors.storage import codec
 from actors.storage.calls import decoded, job_info
 from actors.storage.keys import ShardKeys, split_member
-from actors.values import Snapshot
-
-Entry = tuple[str, dict[str, str]]
+from actors.values import AuditEntry, Snapshot
 
 # A new topic between reading the topic list and the MULTI leaves its ready list unread; the
 # read is repeated then. Topics appear rarely, so a few tries always suffice in practice.
@@ -44,18 +42,20 @@ def audit_length(client: Any, shard_keys: Sequence[ShardKeys]) -> int:
 
 def audit_entries(
     client: Any, keys: ShardKeys, start: str = "-", end: str = "+", count: int | None = None
-) -> list[Entry]:
+) -> list[AuditEntry]:
     return decode_entries(client.xrange(keys.audit, start, end, count=count))
 
 
-def decode_entries(raw: Any) -> list[Entry]:
+def decode_entries(raw: Any) -> list[AuditEntry]:
     """An XRANGE reply as (entry id, fields) pairs of text."""
     return [
         (decoded(eid), {decoded(f): decoded(v) for f, v in fields.items()}) for eid, fields in raw
     ]
 
 
-def recent_audit(client: Any, keys: ShardKeys, count: int, after: str | None = None) -> list[Entry]:
+def recent_audit(
+    client: Any, keys: ShardKeys, count: int, after: str | None = None
+) -> list[AuditEntry]:
     """The shard's newest ``count`` audit entries (newer than the entry id ``after``, when
     given), oldest first (XREVRANGE, then reversed)."""
     low = "-" if after is None else f"({after}"
@@ -68,7 +68,7 @@ def recent_audit(client: Any, keys: ShardKeys, count: int, after: str | None = N
 
 def iter_shard_audit(
     client: Any, keys: ShardKeys, end: str = "+", chunk: int = 5_000, *, start: str = "-"
-) -> Iterator[Entry]:
+) -> Iterator[AuditEntry]:
     """One shard's audit entries from ``start`` to ``end`` (inclusive), oldest first, in chunks."""
     while True:
         entries = audit_entries(client, keys, start, end, chunk)
@@ -78,13 +78,13 @@ def iter_shard_audit(
         start = "(" + entries[-1][0]
 
 
-def _audit_order(entry: Entry) -> tuple[int, int, int]:
+def _audit_order(entry: AuditEntry) -> tuple[int, int, int]:
     entry_id, fields = entry
     ms, _, seq = entry_id.partition("-")
     return int(fields.get("ms", 0)), int(ms), int(seq or 0)
 
 
-def merge_audit(streams: Iterable[Iterable[Entry]]) -> Iterator[Entry]:
+def merge_audit(streams: Iterable[Iterable[AuditEntry]]) -> Iterator[AuditEntry]:
     """The shards' streams as one, in time order; each shard's own order is kept."""
     return heapq.merge(*streams, key=_audit_order)
 

@@ -67,6 +67,7 @@ from actors.storage.plan import KEEP_ROUNDS, ShardPlan
 from actors.storage.script_batch import ScriptBatch, WaitFor
 from actors.storage.scripts import refused_for_memory
 from actors.values import (
+    AuditEntry,
     AuditRetention,
     Durability,
     JobInfo,
@@ -84,8 +85,6 @@ log = logging.getLogger("actors.store")
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-Entry = tuple[str, dict[str, str]]
 
 
 class ClusterUnavailableError(redis.exceptions.ClusterError):
@@ -677,7 +676,7 @@ class Store(ShardPlan):
         return calls.inspected(topic, job_id, reply)
 
     @_cluster_errors
-    def job_entries(self, topic: str, job_id: str) -> list[Entry]:
+    def job_entries(self, topic: str, job_id: str) -> list[AuditEntry]:
         """The job's audit entries, oldest first, read through its shard's per-job index in one
         round trip: O(its own events), whatever the stream's length. Entries retention trimmed
         are gone; events an older redelay wrote, before the index existed, are not indexed."""
@@ -814,7 +813,7 @@ class Store(ShardPlan):
     @_cluster_errors
     def audit_entries(
         self, start: str = "-", end: str = "+", count: int | None = None
-    ) -> list[Entry]:
+    ) -> list[AuditEntry]:
         """Each shard's entries from ``start`` to ``end`` (entry ids, at most ``count`` per
         shard), merged in time order."""
         return list(
@@ -824,7 +823,7 @@ class Store(ShardPlan):
         )
 
     @_cluster_errors
-    def recent_audit(self, count: int = 1_000, *, after: str | None = None) -> list[Entry]:
+    def recent_audit(self, count: int = 1_000, *, after: str | None = None) -> list[AuditEntry]:
         """Each shard's newest ``count`` audit entries (1 to 100,000), only those after the
         entry id ``after`` when given, merged in time order: what happened lately, at a cost
         that does not grow with the stream."""
@@ -840,7 +839,7 @@ class Store(ShardPlan):
         """The namespace's live workers, from their heartbeats (actors/storage/heartbeats.py)."""
         return heartbeats.workers(self.client, self.namespace)
 
-    def iter_audit(self, chunk: int = 5_000, *, start: str = "-") -> Iterator[Entry]:
+    def iter_audit(self, chunk: int = 5_000, *, start: str = "-") -> Iterator[AuditEntry]:
         """Every shard's audit entries from ``start`` (an entry id, or "<ms>-0" for a time),
         merged in time order, read ``chunk`` at a time."""
         return reads.merge_audit(
@@ -849,7 +848,7 @@ class Store(ShardPlan):
 
     def iter_shard_audit(
         self, shard: int = 0, end: str = "+", chunk: int = 5_000, *, start: str = "-"
-    ) -> Iterator[Entry]:
+    ) -> Iterator[AuditEntry]:
         """One shard's audit entries from ``start`` to ``end`` (entry ids, inclusive), oldest
         first, read ``chunk`` at a time."""
         return reads.iter_shard_audit(self.client, self.shard_keys[shard], end, chunk, start=start)

@@ -49,7 +49,7 @@ for first = 1, #members, 1000 do
   local slice = rcall('HMGET', k.jobs, unpack(members, first, math.min(first + 999, #members)))
   for j = 1, #slice do records[first + j - 1] = slice[j] end
 end
-local token_args, deadline_args = {}, {}
+local token_args, leased_members, deadline_of = {}, {}, {}
 local leased = 0
 -- Texts made once per call, not per job: the token's "<now_ms>-" and each distinct lease's
 -- deadline (see integer_text in _lib.lua). One fields table serves every job's event.
@@ -76,7 +76,8 @@ for j, member in ipairs(members) do
     -- Lua's `..` would write the number with %.14g: the same digits below 10^14, more slowly.
     local token = token_prefix .. (seq < 1e14 and string.format('%d', seq) or seq)
     token_args[2 * leased + 1], token_args[2 * leased + 2] = member, token
-    deadline_args[2 * leased + 1], deadline_args[2 * leased + 2] = deadline_text, member
+    leased_members[leased + 1] = member
+    deadline_of[member] = deadline_text
     leased = leased + 1
     fields[2], fields[4] = token, deadline_text
     audit(k.audit, 'leased', member, attempts_failed(record) + 1, fields, 6)
@@ -88,6 +89,16 @@ end
 flush_history_index()
 -- Slices of 1000 values are 500 whole pairs each.
 rcall_each_slice('HSET', k.tokens, token_args)
+-- ZADD's arguments in descending member order: while the set is small (a listpack, up to 128
+-- members by default), each insert scans it from the start to its place, comparing members among
+-- equal deadlines, and a batch's deadlines are mostly equal; in this order each new member goes
+-- before the others of its deadline, found at the first of them instead of after all.
+table.sort(leased_members)
+local deadline_args = {}
+for j = 1, leased do
+  local member = leased_members[leased + 1 - j]
+  deadline_args[2 * j - 1], deadline_args[2 * j] = deadline_of[member], member
+end
 rcall_each_slice('ZADD', k.leased, deadline_args)
 rcall('HINCRBY', k.counts, topic .. '|ready', -#members)
 rcall('HINCRBY', k.counts, topic .. '|leased', leased)

@@ -103,6 +103,13 @@ end
 -- Writes the buffered entries: each member's new ids, oldest first, after the ids it had.
 local function flush_history_index()
   if not index_pending or index_pending_n == 0 then return end
+  if index_pending_n == 2 then  -- one entry: no tables to build (a lease or ack of one job)
+    index_pending_n = 0
+    local member, entry_id = index_pending[1], index_pending[2]
+    local ids = rcall('HGET', history_key, member)
+    rcall('HSET', history_key, member, ids and (ids .. ' ' .. entry_id) or entry_id)
+    return
+  end
   local order, added = {}, {}
   for j = 1, index_pending_n, 2 do
     local member, entry_id = index_pending[j], index_pending[j + 1]
@@ -115,7 +122,7 @@ local function flush_history_index()
     end
   end
   index_pending_n = 0
-  local args = {}
+  local args = index_pending  -- read above; reused for the HSET's arguments
   for first = 1, #order, 1000 do
     local last = math.min(first + 999, #order)
     local old = rcall('HMGET', history_key, unpack(order, first, last))

@@ -49,12 +49,13 @@ for first = 1, #members, 1000 do
   local slice = rcall('HMGET', k.jobs, unpack(members, first, math.min(first + 999, #members)))
   for j = 1, #slice do records[first + j - 1] = slice[j] end
 end
-local token_args, leased_members, deadline_of = {}, {}, {}
+local token_args, deadline_args = {}, {}
 local leased = 0
--- Texts made once per call, not per job: the token's "<now_ms>-" and each distinct lease's
--- deadline (see integer_text in _lib.lua). One fields table serves every job's event.
+-- Texts made once per call, not per job: the token's "<now_ms>-" and the deadline of the last
+-- lease length seen (a batch's jobs mostly share one; see integer_text in _lib.lua). One fields
+-- table serves every job's event.
 local token_prefix = now_ms_text .. '-'
-local deadlines, deadline_texts = {}, {}
+local last_lease_ms, deadline, deadline_text = nil, nil, nil
 local fields = {'tok', '', 'dl', '', 'by', consumer}
 local first_seq = last_seq - #members
 local r = #result
@@ -66,18 +67,16 @@ for j, member in ipairs(members) do
   if blob then
     local record = cmsgpack.unpack(blob)
     local lease_ms = record['l'] or topic_lease_ms
-    local deadline, deadline_text = deadlines[lease_ms], deadline_texts[lease_ms]
-    if not deadline then
+    if lease_ms ~= last_lease_ms then
+      last_lease_ms = lease_ms
       deadline = now_ms + tonumber(lease_ms)
       deadline_text = integer_text(deadline)
-      deadlines[lease_ms], deadline_texts[lease_ms] = deadline, deadline_text
     end
     local seq = first_seq + j
     -- Lua's `..` would write the number with %.14g: the same digits below 10^14, more slowly.
     local token = token_prefix .. (seq < 1e14 and string.format('%d', seq) or seq)
     token_args[2 * leased + 1], token_args[2 * leased + 2] = member, token
-    leased_members[leased + 1] = member
-    deadline_of[member] = deadline_text
+    deadline_args[2 * leased + 1], deadline_args[2 * leased + 2] = deadline_text, member
     leased = leased + 1
     fields[2], fields[4] = token, deadline_text
     audit(k.audit, 'leased', member, attempts_failed(record) + 1, fields, 6)
@@ -93,11 +92,18 @@ rcall_each_slice('HSET', k.tokens, token_args)
 -- members by default), each insert scans it from the start to its place, comparing members among
 -- equal deadlines, and a batch's deadlines are mostly equal; in this order each new member goes
 -- before the others of its deadline, found at the first of them instead of after all.
-table.sort(leased_members)
-local deadline_args = {}
-for j = 1, leased do
-  local member = leased_members[leased + 1 - j]
-  deadline_args[2 * j - 1], deadline_args[2 * j] = deadline_of[member], member
+if leased > 1 then
+  local sorted, deadline_of = {}, {}
+  for j = 1, leased do
+    local member = deadline_args[2 * j]
+    sorted[j] = member
+    deadline_of[member] = deadline_args[2 * j - 1]
+  end
+  table.sort(sorted)
+  for j = 1, leased do
+    local member = sorted[leased + 1 - j]
+    deadline_args[2 * j - 1], deadline_args[2 * j] = deadline_of[member], member
+  end
 end
 rcall_each_slice('ZADD', k.leased, deadline_args)
 rcall('HINCRBY', k.counts, topic .. '|ready', -#members)

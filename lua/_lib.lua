@@ -18,6 +18,13 @@
 -- @constant SLOT_PROBE_KEY
 local rcall = redis.call
 local now_ms = tonumber(ARGV[1])
+-- now_ms as the text Redis would make of the number (redis.call formats a Lua number with %.17g,
+-- and Lua's own `..` with %.14g: both slow, and the same digits for an integer below 10^14): the
+-- caller's digits themselves, when they are an integer's canonical form.
+local now_ms_text = now_ms
+if string.find(ARGV[1], '^%-?[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') or ARGV[1] == '0' then
+  now_ms_text = ARGV[1]
+end
 local trim_kind = ARGV[2]
 local trim_arg = ARGV[3]
 local prefix = ARGV[4]
@@ -70,11 +77,65 @@ local function entry_ms(entry_id)
   return tonumber(string.match(entry_id, '^(%d+)'))
 end
 
+-- A script that writes many entries asks for them to be buffered (buffer_history_index) and
+-- written with one HMGET and one HSET per call (flush_history_index), not an HGET and an HSET per
+-- entry: most of a script's time goes to each redis.call's conversions. Such a script flushes
+-- before forget_trimmed_histories and before it returns; until then nothing reads the index.
+-- Pending entries are member, entry id pairs, in the order written.
+local index_pending, index_pending_n = nil, 0
+
+local function buffer_history_index()
+  index_pending, index_pending_n = {}, 0
+end
+
 local function index_entry(member, id, event, entry_id)
   if id == '' then return end  -- a topic's own event (pause, resume) names no job
+  if END_EVENTS[event] then ends_in_call = ends_in_call + 1 end
+  if index_pending then
+    index_pending[index_pending_n + 1], index_pending[index_pending_n + 2] = member, entry_id
+    index_pending_n = index_pending_n + 2
+    return
+  end
   local ids = rcall('HGET', history_key, member)
   rcall('HSET', history_key, member, ids and (ids .. ' ' .. entry_id) or entry_id)
-  if END_EVENTS[event] then ends_in_call = ends_in_call + 1 end
+end
+
+-- Writes the buffered entries: each member's new ids, oldest first, after the ids it had.
+local function flush_history_index()
+  if not index_pending or index_pending_n == 0 then return end
+  if index_pending_n == 2 then  -- one entry: no tables to build (a lease or ack of one job)
+    index_pending_n = 0
+    local member, entry_id = index_pending[1], index_pending[2]
+    local ids = rcall('HGET', history_key, member)
+    rcall('HSET', history_key, member, ids and (ids .. ' ' .. entry_id) or entry_id)
+    return
+  end
+  local order, added = {}, {}
+  for j = 1, index_pending_n, 2 do
+    local member, entry_id = index_pending[j], index_pending[j + 1]
+    local ids = added[member]
+    if ids then
+      added[member] = ids .. ' ' .. entry_id  -- a second entry of one job in this call
+    else
+      order[#order + 1] = member
+      added[member] = entry_id
+    end
+  end
+  index_pending_n = 0
+  local args = index_pending  -- read above; reused for the HSET's arguments
+  for first = 1, #order, 1000 do
+    local last = math.min(first + 999, #order)
+    local old = rcall('HMGET', history_key, unpack(order, first, last))
+    local m = 0
+    for j = first, last do
+      local member = order[j]
+      local ids = old[j - first + 1]
+      args[m + 1] = member
+      args[m + 2] = ids and (ids .. ' ' .. added[member]) or added[member]
+      m = m + 2
+    end
+    rcall('HSET', history_key, unpack(args, 1, m))
+  end
 end
 
 -- One step of the sweep: examines about twice as many index fields as this call ended jobs, plus
@@ -122,9 +183,31 @@ end
 -- of a fresh table per event grown with #t (allocation, rehashing and length searches per event).
 local xadd_args = {}
 
+-- Integers as text, the digits redis.call would make of them (%.17g; no exponent below 10^15),
+-- so each is formatted once (attempt numbers, a lease's deadline), not at every redis.call, and
+-- with string.format's integer path, not Lua's or Redis's floating point one. Anything else is
+-- left a number for redis.call to format as before.
+local function integer_text(x)
+  -- 0 stays a number: %d cannot tell -0 from 0, %.17g does.
+  if x ~= 0 and x == math.floor(x) and x > -1e15 and x < 1e15 then
+    return string.format('%d', x)
+  end
+  return x
+end
+local attempt_texts = {}
+local function attempt_text(attempt)
+  local text = attempt_texts[attempt]
+  if not text then
+    text = integer_text(attempt)
+    attempt_texts[attempt] = text
+  end
+  return text
+end
+
 -- Appends one audit event, and its id to the job's index; `fields` is a flat list of name,
--- value pairs after e/t/i/a/ms.
-local function audit(stream, event, member, attempt, fields)
+-- value pairs after e/t/i/a/ms, its first `count` values (default: #fields) are written, so a
+-- caller may reuse one table for every event.
+local function audit(stream, event, member, attempt, fields, count)
   local topic, id = split_member(member)
   local a, n = xadd_args, 1
   a[1] = stream
@@ -133,11 +216,11 @@ local function audit(stream, event, member, attempt, fields)
     n = 4
   end
   a[n + 1], a[n + 2], a[n + 3], a[n + 4], a[n + 5] = '*', 'e', event, 't', topic
-  a[n + 6], a[n + 7], a[n + 8], a[n + 9] = 'i', id, 'a', attempt
-  a[n + 10], a[n + 11] = 'ms', now_ms
+  a[n + 6], a[n + 7], a[n + 8], a[n + 9] = 'i', id, 'a', attempt_text(attempt)
+  a[n + 10], a[n + 11] = 'ms', now_ms_text
   n = n + 11
   if fields then
-    local count = #fields
+    count = count or #fields
     for j = 1, count do a[n + j] = fields[j] end
     n = n + count
   end

@@ -10,6 +10,7 @@
 -- @include _lib.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
 use_history_index(KEYS[6])
+buffer_history_index()
 local n = tonumber(ARGV[5])
 -- Batched: the tokens and records are read with one HMGET each and the deletes and counters
 -- written once per batch (in slices), not one command per job; most of a script's time goes to
@@ -29,6 +30,7 @@ end
 local current_tokens, blobs = hmget_all(k.tokens), hmget_all(k.jobs)
 local acked, ended, leased_by_topic = {}, {}, {}
 local result = {}
+local fields = {'tok'}  -- one table for every acked event; audit writes its first `used` values
 for j = 1, n do
   local member, token, detail = members[j], ARGV[4 + j * 3], ARGV[5 + j * 3]
   local current, blob = current_tokens[j], blobs[j]
@@ -44,22 +46,24 @@ for j = 1, n do
     audit(k.audit, 'rejected', member, attempt, {'op', 'ack', 'tok', token, 'code', code})
   else
     record = record or {}  -- a token without a record is drift; end the job all the same
-    local fields = {'tok', token}
+    local used = 2
+    fields[2] = token
     if record['x'] then
-      fields[#fields + 1] = 'cancelled'
-      fields[#fields + 1] = 1
+      -- '1' is what redis.call makes of the number 1, without formatting it each time.
+      fields[used + 1], fields[used + 2] = 'cancelled', '1'
+      used = used + 2
     end
     if detail ~= '' then
-      fields[#fields + 1] = 'detail'
-      fields[#fields + 1] = detail
+      fields[used + 1], fields[used + 2] = 'detail', detail
+      used = used + 2
     end
     acked[member] = true
     ended[#ended + 1] = member
     local topic = split_member(member)
     leased_by_topic[topic] = (leased_by_topic[topic] or 0) - 1
-    audit(k.audit, 'acked', member, attempts_failed(record) + 1, fields)
+    audit(k.audit, 'acked', member, attempts_failed(record) + 1, fields, used)
   end
-  result[#result + 1] = code
+  result[j] = code
 end
 rcall_each_slice('HDEL', k.jobs, ended)
 rcall_each_slice('HDEL', k.tokens, ended)
@@ -67,5 +71,6 @@ rcall_each_slice('ZREM', k.leased, ended)
 for topic, delta in pairs(leased_by_topic) do
   rcall('HINCRBY', k.counts, topic .. '|leased', delta)
 end
+flush_history_index()
 forget_trimmed_histories()
 return result

@@ -16,6 +16,7 @@
 -- @include _lib.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], topics = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
 use_history_index(KEYS[6])
+buffer_history_index()
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 
@@ -81,4 +82,5 @@ if wake_channel ~= '' and min_new_due ~= nil
     and (#earliest == 0 or min_new_due < tonumber(earliest[2])) then
   rcall('PUBLISH', wake_channel, min_new_due)
 end
+flush_history_index()
 return {0}

@@ -20,6 +20,7 @@
 local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4],
            schedules = prefix .. SCHEDULES_KEY}
 use_history_index(KEYS[5])
+buffer_history_index()
 local limit = tonumber(ARGV[5])
 local wake_channel = ARGV[6]
 local due = rcall('ZRANGEBYSCORE', k.delayed, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -67,5 +68,6 @@ local next_due = -1
 if #earliest > 0 then next_due = tonumber(earliest[2]) end
 local result = {#moved, next_due}
 for _, name in ipairs(low) do result[#result + 1] = name end
+flush_history_index()
 forget_trimmed_histories()
 return result

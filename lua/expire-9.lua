@@ -17,6 +17,7 @@
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
 use_history_index(KEYS[9])
+buffer_history_index()
 local wake_channel = ARGV[5]
 local limit = tonumber(ARGV[6])
 local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms, 'LIMIT', 0, limit)
@@ -36,5 +37,6 @@ end
 local earliest = rcall('ZRANGE', k.leased, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if #earliest > 0 then next_deadline = tonumber(earliest[2]) end
+flush_history_index()
 forget_trimmed_histories()
 return {#members, next_deadline}

@@ -17,6 +17,7 @@
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
 use_history_index(KEYS[9])
+buffer_history_index()
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
 local result = {}
@@ -34,5 +35,6 @@ for j = 0, n - 1 do
     result[#result + 1] = code
   end
 end
+flush_history_index()
 forget_trimmed_histories()
 return result

@@ -20,6 +20,7 @@
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8], gates = KEYS[9]}
 use_history_index(KEYS[10])
+buffer_history_index()
 local topic, limit, consumer = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local result = {0}
 if limit < 1 then return result end
@@ -50,30 +51,60 @@ for first = 1, #members, 1000 do
 end
 local token_args, deadline_args = {}, {}
 local leased = 0
+-- Texts made once per call, not per job: the token's "<now_ms>-" and the deadline of the last
+-- lease length seen (a batch's jobs mostly share one; see integer_text in _lib.lua). One fields
+-- table serves every job's event.
+local token_prefix = now_ms_text .. '-'
+local last_lease_ms, deadline, deadline_text = nil, nil, nil
+local fields = {'tok', '', 'dl', '', 'by', consumer}
+local first_seq = last_seq - #members
+local r = #result
 for j, member in ipairs(members) do
   local blob = records[j]
   -- A member without a record can only come from a bug or a hand edit; failing here would drop
   -- the rest of the popped batch from every structure, so skip it (`redelay verify` shows the
   -- job as drift: the audit stream says ready, Redis has nothing).
   if blob then
-    leased = leased + 1
     local record = cmsgpack.unpack(blob)
-    local deadline = now_ms + tonumber(record['l'] or topic_lease_ms)
-    local token = now_ms .. '-' .. (last_seq - #members + j)
-    token_args[#token_args + 1] = member
-    token_args[#token_args + 1] = token
-    deadline_args[#deadline_args + 1] = deadline
-    deadline_args[#deadline_args + 1] = member
-    audit(k.audit, 'leased', member, attempts_failed(record) + 1,
-          {'tok', token, 'dl', deadline, 'by', consumer})
-    result[#result + 1] = member
-    result[#result + 1] = token
-    result[#result + 1] = deadline
-    result[#result + 1] = blob
+    local lease_ms = record['l'] or topic_lease_ms
+    if lease_ms ~= last_lease_ms then
+      last_lease_ms = lease_ms
+      deadline = now_ms + tonumber(lease_ms)
+      deadline_text = integer_text(deadline)
+    end
+    local seq = first_seq + j
+    -- Lua's `..` would write the number with %.14g: the same digits below 10^14, more slowly.
+    local token = token_prefix .. (seq < 1e14 and string.format('%d', seq) or seq)
+    token_args[2 * leased + 1], token_args[2 * leased + 2] = member, token
+    deadline_args[2 * leased + 1], deadline_args[2 * leased + 2] = deadline_text, member
+    leased = leased + 1
+    fields[2], fields[4] = token, deadline_text
+    audit(k.audit, 'leased', member, attempts_failed(record) + 1, fields, 6)
+    result[r + 1], result[r + 2], result[r + 3], result[r + 4] =
+      member, token, deadline, blob
+    r = r + 4
   end
 end
+flush_history_index()
 -- Slices of 1000 values are 500 whole pairs each.
 rcall_each_slice('HSET', k.tokens, token_args)
+-- ZADD's arguments in descending member order: while the set is small (a listpack, up to 128
+-- members by default), each insert scans it from the start to its place, comparing members among
+-- equal deadlines, and a batch's deadlines are mostly equal; in this order each new member goes
+-- before the others of its deadline, found at the first of them instead of after all.
+if leased > 1 then
+  local sorted, deadline_of = {}, {}
+  for j = 1, leased do
+    local member = deadline_args[2 * j]
+    sorted[j] = member
+    deadline_of[member] = deadline_args[2 * j - 1]
+  end
+  table.sort(sorted)
+  for j = 1, leased do
+    local member = sorted[leased + 1 - j]
+    deadline_args[2 * j - 1], deadline_args[2 * j] = deadline_of[member], member
+  end
+end
 rcall_each_slice('ZADD', k.leased, deadline_args)
 rcall('HINCRBY', k.counts, topic .. '|ready', -#members)
 rcall('HINCRBY', k.counts, topic .. '|leased', leased)

@@ -109,6 +109,18 @@ def test_a_job_added_again_after_its_end_shows_both_lives(store: Store) -> None:
     assert entries == scanned(store, "t", "again")
 
 
+def test_entries_one_call_writes_for_one_job_are_indexed_oldest_first(store: Store) -> None:
+    # A script writes its index entries together at its end (lua/_lib.lua): a job acked twice in
+    # one call (acked, then rejected) must keep both ids in the stream's order.
+    store.add(store.new_job("t", "twice", {"n": 1}))
+    (lease,) = store.lease("t", 1)
+    assert store.ack_many([("t", "twice", lease.token), ("t", "twice", lease.token)]) == [0, -4]
+    entries = store.job_entries("t", "twice")
+    assert [f["e"] for _, f in entries] == ["added", "leased", "acked", "rejected"]
+    assert entries == scanned(store, "t", "twice")
+    assert indexed_ids(store, "t", "twice") == [entry_id for entry_id, _ in entries]
+
+
 def test_the_index_of_an_ended_job_goes_once_the_stream_trimmed_its_entries(
     store: Store,
 ) -> None:

@@ -166,3 +166,10 @@ def test_every_script_that_writes_the_audit_stream_declares_the_index_as_its_las
     writers = [call for call in every_call() if KEYS.audit in call.keys and call.name != "history"]
     assert len(writers) >= 16
     assert [call.name for call in writers if call.keys[-1] != KEYS.history] == []
+
+
+def test_error_codes_map_every_code_and_refuse_an_unknown_one() -> None:
+    assert calls.error_codes([int(code) for code in ErrorCode]) == list(ErrorCode)
+    assert calls.fail_outcomes([b"dead", -3]) == ["dead", ErrorCode.STALE_TOKEN]
+    with pytest.raises(ValueError):
+        calls.error_codes([99])

@@ -279,18 +279,19 @@ def leases(topic: str, reply: Any) -> list[Lease]:
     for j in range(0, len(reply), 4):
         record = codec.unpack(reply[j + 3])
         _, job_id = split_member(decoded(reply[j]))
+        # Positional: one Lease per leased job, and keywords cost 0.5 µs more per call.
         found.append(
             Lease(
-                topic=topic,
-                id=job_id,
-                token=decoded(reply[j + 1]),
-                deadline_ms=int(reply[j + 2]),
-                body=record["b"],
-                attempt=int(record.get("a", 0)) + 1,
-                due_ms=int(record["d"]),
-                callback=record.get("c"),
-                lease_ms=record.get("l"),
-                traceparent=record.get("p"),
+                topic,
+                job_id,
+                decoded(reply[j + 1]),
+                int(reply[j + 2]),
+                record["b"],
+                int(record.get("a", 0)) + 1,
+                int(record["d"]),
+                record.get("c"),
+                record.get("l"),
+                record.get("p"),
             )
         )
     return found
@@ -301,14 +302,25 @@ def changed(reply: Any) -> bool:
     return bool(int(reply))
 
 
+# Codes by value: calling the enum costs 0.5 µs, and ack returns one code per job.
+_ERROR_CODES = {int(code): code for code in ErrorCode}
+
+
+def error_code(value: Any) -> ErrorCode:
+    """A script's numeric code; an unknown one raises ValueError, as ``ErrorCode(value)`` does."""
+    number = int(value)
+    found = _ERROR_CODES.get(number)
+    return ErrorCode(number) if found is None else found
+
+
 def error_codes(reply: Any) -> list[ErrorCode]:
     """ack: per job, OK or why not."""
-    return [ErrorCode(int(x)) for x in reply]
+    return [error_code(x) for x in reply]
 
 
 def fail_outcomes(reply: Any) -> list[str | ErrorCode]:
     """fail: per job, the new state, or an ErrorCode."""
-    return [ErrorCode(int(x)) if isinstance(x, int) else decoded(x) for x in reply]
+    return [error_code(x) if isinstance(x, int) else decoded(x) for x in reply]
 
 
 def integers(reply: Any) -> list[int]:

@@ -365,12 +365,10 @@ class ConsumerPool(RedelayActor):
 
     def _refill_limit(self) -> int:
         """How many jobs to lease with the acks: the freed slots, while the listener's last Run
-        asked for refills; 0 when there are no acks to carry the lease, when draining, or for a
-        namespace of several shards (whose lease takes two round trips anyway)."""
+        asked for refills (it never does for a namespace of several shards, whose lease takes two
+        round trips anyway); 0 when there are no acks to carry the lease, or when draining."""
         refill = self.refill
         if refill is None or not self.acks or self.drain_future is not None:
-            return 0
-        if len(self.store.shard_keys) != 1:
             return 0
         return min(self.slots_to_free, refill.batch_max)
 

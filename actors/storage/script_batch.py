@@ -115,15 +115,20 @@ class ScriptBatch:
     def _send(
         self, node_client: redis.Redis, calls: list[ScriptCall], wait: WaitFor | None
     ) -> tuple[list[Any], int | None]:
-        pipe = node_client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
-            )
+        commands: list[tuple[Any, ...]] = [
+            ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
+            for call in calls
+        ]
         if wait is not None:
-            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)  # type: ignore[no-untyped-call]
+            commands.append(("WAIT", wait.replicas, wait.timeout_ms))
         try:
-            results = list(pipe.execute(raise_on_error=False))
+            if node_client is self.client and self.runner.held is not None:
+                results = self.runner.held.pipeline(commands)
+            else:
+                pipe = node_client.pipeline(transaction=False)
+                for command in commands:
+                    pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+                results = list(pipe.execute(raise_on_error=False))
         except (redis.ConnectionError, redis.TimeoutError):
             self._refresh_slots()
             raise

@@ -33,6 +33,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from actors import _constants
+from actors.storage.held_connections import HeldConnections, holdable
 
 _INCLUDE_RE = re.compile(r"^-- @include (\S+)[ \t]*$", re.MULTILINE)
 _CONSTANT_RE = re.compile(r"^-- @constant (\S+)[ \t]*$", re.MULTILINE)
@@ -157,6 +158,8 @@ class ScriptRunner:
             name: (keys, client.register_script(source))
             for name, (keys, source) in sources().items()
         }
+        # A client with one server: calls skip redis-py's per-command layers (held_connections).
+        self.held = HeldConnections(client) if holdable(client) else None
 
     def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
         expected, script = self._scripts[name]
@@ -165,14 +168,17 @@ class ScriptRunner:
         # What Script.__call__ does, without its per-call import, type check and argument tuples
         # (a few µs of an add's round trip): EVALSHA, and on NOSCRIPT load the script and again.
         try:
-            return self._client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", script.sha, expected, *keys, *args
-            )
+            return self._evalsha(script.sha, expected, keys, args)
         except NoScriptError:
             script.sha = self._client.script_load(script.script)
-            return self._client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", script.sha, expected, *keys, *args
-            )
+            return self._evalsha(script.sha, expected, keys, args)
+
+    def _evalsha(self, sha: str, key_count: int, keys: list[str], args: list[Any]) -> Any:
+        if self.held is not None:
+            return self.held.call("EVALSHA", sha, key_count, *keys, *args)
+        return self._client.execute_command(  # type: ignore[no-untyped-call]
+            "EVALSHA", sha, key_count, *keys, *args
+        )
 
     @property
     def names(self) -> list[str]:

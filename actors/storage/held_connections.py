@@ -1,0 +1,148 @@
+"""Script calls on connections held out of the client's pool, past redis-py's per-command layers.
+
+redis-py 8 spends most of a command's client CPU around the socket rather than on it: taking a
+connection from the pool and giving it back (a lock, a readiness poll, observability counters on
+both ends), deprecation and observability wrappers, response callbacks. On the 2-core machine of
+docs/benchmarks.md an EVALSHA through ``Redis.execute_command`` cost 99.5 µs of client CPU and
+the same EVALSHA on a held connection 45.8 µs; a pipeline of two 133 µs against 65 µs
+(``python -m simulations.call_overhead``). Every add, lease and ack pays that once per round trip.
+
+What stays redis-py's: its ``Connection`` connects (auth, TLS, Unix sockets, a sentinel's current
+master) and parses with hiredis, and its ``Retry`` decides, as it does for ``execute_command`` and
+pipelines, whether a connection error is retried on a fresh connection. Commands are packed by
+hiredis directly: redis-py first copies every argument through a generator to turn memoryviews
+into bytes, which script calls never send. The pool's check when it hands a connection out (data
+waiting on an idle connection means its server closed it or a reply was left unread: reconnect)
+is made here when a held connection is taken again.
+
+Connections come from the client's own pool, so its ``max_connections`` still bounds them, and go
+back to it when this object is closed or collected. Held connections are never shared: a call
+takes one from the idle list (or the pool) and puts it back when its replies are read.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
+
+import hiredis
+import redis
+from redis.connection import ConnectionPool
+from redis.exceptions import ResponseError
+from redis.retry import Retry
+
+
+class HeldConnection(Protocol):
+    """The part of redis-py's ``Connection`` used here (partly unannotated in redis-py)."""
+
+    retry: Retry
+
+    def send_packed_command(self, command: list[bytes] | bytes) -> None: ...
+    def read_response(self) -> Any: ...
+    def can_read(self) -> bool: ...
+    def disconnect(self) -> None: ...
+
+
+def holdable(client: object) -> bool:
+    """Whether ``client`` sends every command to one server through a connection pool, the case
+    this module serves. A cluster client routes by key; a single-connection client locks its one
+    connection; RESP3 may put push messages between replies, and a client-side cache must see
+    the replies: those keep redis-py's own path."""
+    if type(client) is not redis.Redis or client.connection is not None:
+        return False
+    pool = client.connection_pool
+    if not isinstance(pool, ConnectionPool) or getattr(pool, "cache", None) is not None:
+        return False
+    kwargs = pool.connection_kwargs
+    # hiredis packs text as UTF-8, redis-py in the client's encoding.
+    utf8 = kwargs.get("encoding", "utf-8").replace("_", "-").lower() in ("utf-8", "utf8")
+    return utf8 and kwargs.get("protocol") in (None, 2, "2")
+
+
+def _give_back(pool: ConnectionPool, idle: list[HeldConnection], pid: list[int]) -> None:
+    """Returns the idle connections to the pool (a forked child's are the parent's: dropped)."""
+    connections = idle[:]
+    idle.clear()
+    if pid[0] != os.getpid():
+        return
+    for connection in connections:
+        pool.release(cast(Any, connection))
+
+
+class HeldConnections:
+    """Runs commands and pipelines for one ``holdable`` client. Thread-safe: each call has a
+    connection of its own for its duration (``list.pop`` and ``append`` are atomic)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool: ConnectionPool = client.connection_pool
+        self._idle: list[HeldConnection] = []
+        self._pid = [os.getpid()]  # a list, so the finalizer sees a fork noticed after it was made
+        self._finalizer = weakref.finalize(self, _give_back, self._pool, self._idle, self._pid)
+
+    def call(self, *args: Any) -> Any:
+        """One command's reply; an error reply is raised, as ``execute_command`` does."""
+        connection = self._take()
+        try:
+            return connection.retry.call_with_retry(
+                lambda: self._send_and_read(connection, hiredis.pack_command(args), 1)[0],
+                lambda _error: connection.disconnect(),
+            )
+        except ResponseError:
+            raise
+        except BaseException:
+            connection.disconnect()  # interrupted mid-reply, or out of retries: start clean
+            raise
+        finally:
+            self._idle.append(connection)
+
+    def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Every command's reply in order, sent together; error replies are returned in place
+        (a pipeline's ``raise_on_error=False``), a connection error is raised."""
+        packed = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
+        connection = self._take()
+        try:
+            return connection.retry.call_with_retry(
+                lambda: self._send_and_read(connection, packed, len(commands)),
+                lambda _error: connection.disconnect(),
+            )
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            self._idle.append(connection)
+
+    def close(self) -> None:
+        """Gives the held connections back to the client's pool; later calls take them again."""
+        _give_back(self._pool, self._idle, self._pid)
+
+    def _take(self) -> HeldConnection:
+        if self._pid[0] != os.getpid():
+            # A forked child: the idle connections' sockets are the parent's, and redis-py's
+            # pool resets itself in the child the same way.
+            self._idle.clear()
+            self._pid[0] = os.getpid()
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            return cast(HeldConnection, self._pool.get_connection())  # connected and checked
+        try:
+            if connection.can_read():
+                connection.disconnect()  # reconnected by the next send
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            connection.disconnect()
+        return connection
+
+    @staticmethod
+    def _send_and_read(connection: HeldConnection, packed: bytes, replies: int) -> list[Any]:
+        connection.send_packed_command([packed])  # a list: redis-py iterates it
+        read: list[Any] = []
+        for _ in range(replies):
+            try:
+                read.append(connection.read_response())
+            except ResponseError as error:
+                if replies == 1:
+                    raise
+                read.append(error)
+        return read

@@ -1,0 +1,109 @@
+"""Client CPU per script call: redis-py's own path against redelay's held connections.
+
+Starts a private redis-server on a Unix socket (or uses ``--url``), loads a script that does
+nothing (``return 0``), and sends it with an add's number of keys and arguments, ``--calls``
+times per round, in four ways: one EVALSHA through ``Redis.execute_command`` and through
+:class:`actors.storage.held_connections.HeldConnections`, and a pipeline of two (what a worker's
+ack-and-lease sends) through ``Redis.pipeline`` and through the held connections. The script does
+no work, so what differs is the client's: this process's CPU (``time.thread_time``) per call.
+Rounds alternate the ways, and the best round of each is reported, since a shared machine's noise
+only ever slows a round down.
+
+    python -m simulations.call_overhead                  # 10,000 calls, 5 rounds
+    python -m simulations.call_overhead --calls 2000 --rounds 3 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from actors.server.embedded import RedisProcess
+from actors.storage.held_connections import HeldConnections
+
+# An add call's shape: 6 keys and 10 arguments (see actors/storage/calls.py).
+KEYS = [f"bench:{n}" for n in range(6)]
+ARGS = ["1763939000000", "MAXLEN", "1000000", "bench:", "", "1", "t|job-1", "1763939001000"]
+ARGS += ["x" * 40, "y" * 20]
+
+
+def ways(client: redis.Redis, sha: str) -> dict[str, Callable[[], Any]]:
+    command = ("EVALSHA", sha, len(KEYS), *KEYS, *ARGS)
+    held = HeldConnections(client)
+
+    def pipeline() -> Any:
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        return pipe.execute(raise_on_error=False)
+
+    return {
+        "redis-py execute_command": lambda: client.execute_command(*command),  # type: ignore[no-untyped-call]
+        "held connection, one call": lambda: held.call(*command),
+        "redis-py pipeline of 2": pipeline,
+        "held connection, pipeline of 2": lambda: held.pipeline([command, command]),
+    }
+
+
+def measure(url: str, calls: int, rounds: int) -> dict[str, dict[str, float]]:
+    client = redis.Redis.from_url(url)
+    sha = client.script_load("return 0")
+    timed = ways(client, sha)
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(rounds):
+        for name, call in timed.items():
+            call()  # connects, warms up
+            started_cpu, started = time.thread_time(), time.perf_counter()
+            for _ in range(calls):
+                call()
+            cpu_us = (time.thread_time() - started_cpu) / calls * 1e6
+            per_s = calls / (time.perf_counter() - started)
+            if name not in best or cpu_us < best[name][0]:
+                best[name] = (cpu_us, per_s)
+    client.close()
+    return {name: {"client_cpu_us": cpu, "calls_per_s": rate} for name, (cpu, rate) in best.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulations.call_overhead", description=__doc__
+    )
+    parser.add_argument("--calls", type=int, default=10_000, help="calls per way and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--url", help="a Redis URL instead of a private redis-server")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    if args.calls < 1 or args.rounds < 1:
+        parser.error("--calls and --rounds must be at least 1")
+    load_before = os.getloadavg()[0]
+    if args.url:
+        results = measure(args.url, args.calls, args.rounds)
+    else:
+        with (
+            tempfile.TemporaryDirectory(prefix="redelay-calls-") as directory,
+            RedisProcess(directory) as server,
+        ):
+            results = measure(server.url, args.calls, args.rounds)
+    load_after = os.getloadavg()[0]
+    if args.json:
+        report = {"results": results, "load_before": load_before, "load_after": load_after}
+        json.dump(report, sys.stdout)
+        print()
+        return 0
+    print(f"{'way':34} {'client CPU per call':>20} {'calls/s':>10}")
+    for name, row in results.items():
+        print(f"{name:34} {row['client_cpu_us']:17.1f} µs {row['calls_per_s']:10,.0f}")
+    print(f"load average: {load_before:.2f} before, {load_after:.2f} after")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""Script calls on held connections (actors/storage/held_connections.py) behave as redis-py's own
+path does: replies and error replies, reconnection after the server closed a connection or
+restarted, one connection per concurrent caller, and every connection back in the pool on close."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from actors.server.embedded import RedisProcess
+from actors.storage.held_connections import HeldConnections, holdable
+from actors.storage.scripts import ScriptRunner
+from simulations import call_overhead
+
+
+def in_use(client: redis.Redis) -> int:
+    # redis-py has no public count of the connections it has handed out.
+    return len(client.connection_pool._in_use_connections)
+
+
+def test_only_a_pooled_client_of_one_server_speaking_resp2_is_held(
+    redis_server: RedisProcess,
+) -> None:
+    class Subclassed(redis.Redis):
+        pass
+
+    url = redis_server.url
+    assert holdable(redis.Redis.from_url(url))
+    assert not holdable(redis.Redis.from_url(url, single_connection_client=True))
+    assert not holdable(redis.Redis.from_url(url, protocol=3))
+    assert not holdable(Subclassed.from_url(url))  # may override execute_command
+    assert ScriptRunner(redis.Redis.from_url(url)).held is not None
+    assert ScriptRunner(redis.Redis.from_url(url, protocol=3)).held is None
+
+
+def test_replies_and_error_replies(redis_client: redis.Redis) -> None:
+    held = HeldConnections(redis_client)
+    assert held.call("SET", "k", "v") == b"OK"
+    assert held.call("GET", "k") == b"v"
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        held.call("LPUSH", "k", "x")
+    # The error reply was read whole: the connection is in step for the next call.
+    assert held.call("ECHO", "after") == b"after"
+    replies = held.pipeline([("ECHO", "a"), ("LPUSH", "k", "x"), ("ECHO", "b")])
+    assert replies[0] == b"a" and replies[2] == b"b"
+    assert isinstance(replies[1], redis.ResponseError)
+    assert in_use(redis_client) == 1
+    held.close()
+
+
+def no_retries(server: RedisProcess) -> redis.Redis:
+    """A client whose failed commands are not sent again: a stale connection must be noticed
+    before the call, as redis-py's pool does when it hands one out, not by a retry after it."""
+    return redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0))
+
+
+def test_a_connection_the_server_closed_is_replaced_without_an_error(
+    redis_server: RedisProcess, redis_client: redis.Redis
+) -> None:
+    client = no_retries(redis_server)
+    held = HeldConnections(client)
+    my_id = held.call("CLIENT", "ID")
+    redis_client.client_kill_filter(_id=my_id)
+    assert held.call("ECHO", "again") == b"again"
+    assert held.call("CLIENT", "ID") != my_id
+    held.close()
+    client.close()
+
+
+def test_calls_after_a_server_restart_reconnect(
+    redis_factory: Callable[..., RedisProcess],
+) -> None:
+    server = redis_factory()
+    client = no_retries(server)
+    held = HeldConnections(client)
+    assert held.call("ECHO", "before") == b"before"
+    server.restart()
+    assert held.call("ECHO", "after") == b"after"
+    held.close()
+    client.close()
+
+
+def test_concurrent_callers_each_get_their_own_reply_and_connection(
+    redis_client: redis.Redis,
+) -> None:
+    held = HeldConnections(redis_client)
+    mismatches: list[tuple[str, object]] = []
+    start = threading.Barrier(8)
+
+    def caller(n: int) -> None:
+        start.wait()
+        for k in range(200):
+            text = f"{n}-{k}"
+            reply = held.call("ECHO", text)
+            if reply != text.encode():
+                mismatches.append((text, reply))
+            (echoed,) = held.pipeline([("ECHO", text)])
+            if echoed != text.encode():
+                mismatches.append((text, echoed))
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert mismatches == []
+    assert 1 <= in_use(redis_client) <= 8
+    held.close()
+    assert in_use(redis_client) == 0
+
+
+def test_connections_go_back_to_the_pool_when_the_holder_is_collected(
+    redis_client: redis.Redis,
+) -> None:
+    held = HeldConnections(redis_client)
+    held.call("PING")
+    assert in_use(redis_client) == 1
+    del held
+    assert in_use(redis_client) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_opens_its_own_connection(redis_client: redis.Redis) -> None:
+    held = HeldConnections(redis_client)
+    parent_id = held.call("CLIENT", "ID")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its connection's id, never touch the parent's socket
+        try:
+            child_id = held.call("CLIENT", "ID")
+            os.write(write_end, str(child_id).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child_id = int(os.read(read_end, 100))
+    os.waitpid(pid, 0)
+    assert child_id != parent_id
+    assert held.call("CLIENT", "ID") == parent_id  # the parent's connection is still in step
+    held.close()
+
+
+def test_the_call_overhead_benchmark_times_every_way(
+    redis_server: RedisProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        call_overhead.main(["--calls", "20", "--rounds", "1", "--json", "--url", redis_server.url])
+        == 0
+    )
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert set(results) == {
+        "redis-py execute_command",
+        "held connection, one call",
+        "redis-py pipeline of 2",
+        "held connection, pipeline of 2",
+    }
+    assert all(row["client_cpu_us"] > 0 and row["calls_per_s"] > 0 for row in results.values())

@@ -57,6 +57,9 @@ LEASE_MS_MAX: Final = 24 * 3600 * 1000
 BATCH_MAX_JOBS: Final = 10_000  # most jobs one add/ack/fail/extend/release call takes
 CARRY_LIMIT_MAX: Final = 10_000
 LEASE_LIMIT_MAX: Final = 10_000
+# Most jobs a handler may lease beyond its threads (DelayQueue.handler's prefetch): they wait in
+# the process, so a bound keeps a crashed worker from holding many leases until they expire.
+PREFETCH_MAX: Final = 10_000
 LIST_LIMIT_MAX: Final = 1_000  # most jobs one page of Store.jobs holds
 # Most entries of a shard's delayed, leased or dead set one page examines: those sets hold every
 # topic, so a rare topic's page may end short (with a cursor) rather than block the server.

@@ -295,11 +295,11 @@ def reason(value: str) -> str:
     return value[: c.REASON_MAX_CHARS]
 
 
-def count(value: object, field: str, maximum: int) -> int:
-    limit = f"an integer from 1 to {maximum}"
+def count(value: object, field: str, maximum: int, *, minimum: int = 1) -> int:
+    limit = f"an integer from {minimum} to {maximum}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(field, f"must be an integer, got {type(value).__name__}", limit)
-    if value < 1 or value > maximum:
+    if value < minimum or value > maximum:
         raise ValidationError(field, f"is {value}", limit)
     return value
 

@@ -8,6 +8,7 @@ install_signal_handlers() was called) shuts down gracefully.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import signal
@@ -69,16 +70,28 @@ def checked_handler(
     timeout: float | timedelta,
     retry: Sequence[float | timedelta] | None,
     lease: float | timedelta | None,
+    prefetch: int = 0,
 ) -> Callable[[Any], HandlerSpec]:
     """Checks :meth:`DelayQueue.handler`'s options (errors name the field, in seconds) and
     returns what makes a handler function its HandlerSpec. Shared with actors.testing, so a
     test double registers handlers exactly as the queue does."""
     validation.topic(topic)
     validation.count(concurrency, "concurrency", 10_000)
+    validation.count(prefetch, "prefetch", c.PREFETCH_MAX, minimum=0)
     timeout_ms = producing.lease_ms(timeout, "timeout")
     retry_ms = producing.schedule_ms(retry, "retry")
     lease_ms = None if lease is None else producing.lease_ms(lease, "lease")
-    return lambda fn: HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms)
+
+    def spec_for(fn: Any) -> HandlerSpec:
+        if prefetch and inspect.iscoroutinefunction(fn):
+            raise ValidationError(
+                "prefetch",
+                "is for sync handlers: an async handler starts every job it is given at once, "
+                "so its concurrency already leases as much as it can run",
+            )
+        return HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms, prefetch)
+
+    return spec_for
 
 
 class DelayQueue:
@@ -405,16 +418,25 @@ class DelayQueue:
         timeout: float | timedelta = 30.0,
         retry: Sequence[float | timedelta] | None = None,
         lease: float | timedelta | None = None,
+        prefetch: int = 0,
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Registers ``fn(job)`` (a function or coroutine function taking a :class:`Job`) for a
         topic; a topic has one handler, so registering a second raises ConfigError. Return =
         ack (a returned str is kept in the acked event); an exception = failed attempt;
         ``raise Retry(after=...)`` picks the next delay. ``retry`` and ``lease`` become the
-        topic's stored defaults when the queue starts."""
+        topic's stored defaults when the queue starts. ``prefetch`` (sync handlers): jobs leased
+        beyond ``concurrency`` that wait in this process for a free thread, so each lease round
+        trip carries more jobs; they keep their leases extended while they wait and are released
+        at shutdown."""
         validation.topic(topic)
         self._refuse_second_handler(topic)
         spec_for = checked_handler(
-            topic, concurrency=concurrency, timeout=timeout, retry=retry, lease=lease
+            topic,
+            concurrency=concurrency,
+            timeout=timeout,
+            retry=retry,
+            lease=lease,
+            prefetch=prefetch,
         )
 
         def register(fn: HandlerFn) -> HandlerFn:

@@ -181,9 +181,15 @@ class HandlerRecorder:
         timeout: float | timedelta = 30.0,
         retry: Sequence[float | timedelta] | None = None,
         lease: float | timedelta | None = None,
+        prefetch: int = 0,
     ) -> Callable[[F], F]:
         spec_for = checked_handler(
-            topic, concurrency=concurrency, timeout=timeout, retry=retry, lease=lease
+            topic,
+            concurrency=concurrency,
+            timeout=timeout,
+            retry=retry,
+            lease=lease,
+            prefetch=prefetch,
         )
 
         def register(fn: F) -> F:

@@ -65,6 +65,7 @@ def topic_plan(spec: HandlerSpec) -> TopicPlan:
         timeout_ms=spec.timeout_ms,
         lease_ms=config.lease_ms,
         retry_ms=config.retry_ms,
+        prefetch=spec.prefetch,
     )
 
 

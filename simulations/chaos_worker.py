@@ -56,6 +56,7 @@ def make_queue() -> DelayQueue:
         queue.handler(
             topic.name,
             concurrency=topic.concurrency,
+            prefetch=topic.prefetch,
             timeout=topic.timeout_ms / 1000,
             retry=[ms / 1000 for ms in topic.retry_ms],
             lease=topic.lease_ms / 1000,

@@ -6,10 +6,12 @@ and the CPU time spent meanwhile per job, by this process (the worker's threads)
 on a busy machine the rate varies from run to run, the CPU per job much less.
 A quick check for changes to the wake and fetch paths; the full benchmark is simulations/bench.
 ``--metrics both`` alternates runs without and with Prometheus metrics (actors.metrics), to
-measure what recording costs.
+measure what recording costs; ``--prefetch 0 90`` alternates handler prefetch settings (jobs
+leased beyond the handler threads), to measure what larger lease batches buy.
 
     python -m simulations.delivery_speed --jobs 20000 --concurrency 10 100
     python -m simulations.delivery_speed --concurrency 100 --metrics both --repeat 5
+    python -m simulations.delivery_speed --concurrency 10 --prefetch 0 90 990 --repeat 3
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def measure(
     timeout_s: float,
     metrics: bool = False,
     tracer_provider: Any = None,
+    prefetch: int = 0,
 ) -> Run:
     """Jobs per second and CPU per job, first handler call to last ack. ``tracer_provider``:
     the OpenTelemetry provider of the producer and the worker (simulations/observability_cost)."""
@@ -64,7 +67,7 @@ def measure(
 
     worker = DelayQueue(url, namespace, tracer_provider=tracer_provider)
 
-    @worker.handler("speed", concurrency=concurrency)
+    @worker.handler("speed", concurrency=concurrency, prefetch=prefetch)
     def handle(job: Job) -> None:
         if not first_call:
             with lock:
@@ -111,23 +114,47 @@ def main() -> None:
         default="off",
         help="record Prometheus metrics; both: alternate runs without and with (default off)",
     )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="the handler's prefetch; several values are alternated (default 0)",
+    )
     args = parser.parse_args()
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.metrics]
+    if any(p < 0 for p in args.prefetch):
+        parser.error("--prefetch: each value must be 0 or more")
+    modes = [
+        (metrics, prefetch)
+        for metrics in {"off": [False], "on": [True], "both": [False, True]}[args.metrics]
+        for prefetch in args.prefetch
+    ]
     with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
         for concurrency in args.concurrency:
-            runs: dict[bool, list[Run]] = {mode: [] for mode in modes}
+            runs: dict[tuple[bool, int], list[Run]] = {mode: [] for mode in modes}
             for n in range(args.repeat):
-                for mode in modes:  # alternated, so a change in the machine's load hits both
-                    namespace = f"speed{concurrency}x{n}{'m' if mode else ''}"
+                for mode in modes:  # alternated, so a change in the machine's load hits all
+                    metrics, prefetch = mode
+                    namespace = f"speed{concurrency}x{n}{'m' if metrics else ''}p{prefetch}"
                     runs[mode].append(
-                        measure(server.url, namespace, args.jobs, concurrency, args.timeout, mode)
+                        measure(
+                            server.url,
+                            namespace,
+                            args.jobs,
+                            concurrency,
+                            args.timeout,
+                            metrics,
+                            prefetch=prefetch,
+                        )
                     )
-            for mode, done in runs.items():
+            for (metrics, prefetch), done in runs.items():
                 rates = ", ".join(f"{r.jobs_per_s:,.0f}" for r in done)
                 worker_us = statistics.median(r.worker_cpu_us_per_job for r in done)
                 redis_us = statistics.median(r.redis_cpu_us_per_job for r in done)
                 median_rate = statistics.median(r.jobs_per_s for r in done)
-                label = f" metrics {'on' if mode else 'off'}" if args.metrics == "both" else ""
+                label = f" metrics {'on' if metrics else 'off'}" if args.metrics == "both" else ""
+                if len(args.prefetch) > 1 or prefetch:
+                    label += f" prefetch {prefetch}"
                 print(
                     f"concurrency {concurrency}{label}: {max(r.jobs_per_s for r in done):,.0f} "
                     f"jobs/s best of ({rates}); median {median_rate:,.0f}; "

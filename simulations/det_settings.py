@@ -53,6 +53,7 @@ class TopicPlan:
     timeout_ms: int
     lease_ms: int
     retry_ms: tuple[int, ...]
+    prefetch: int = 0  # jobs leased beyond the handler threads (DelayQueue.handler)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,8 @@ log = logging.getLogger("actors.pool")
 @dataclass(slots=True)
 class _Running:
     lease: Lease
-    started_ms: int
+    # When its handler began; None while a prefetched job waits for a thread (no timeout runs).
+    started_ms: int | None
     lease_ms: int  # how far each extension pushes the deadline
     task: Task | None = None
     future: Future[Any] | None = None
@@ -106,6 +107,7 @@ class ConsumerPool(RedelayActor):
         handler: Handler,
         *,
         concurrency: int,
+        prefetch: int = 0,
         timeout_ms: int,
         lease_ms: int = c.DEFAULT_LEASE_MS,
         supervisor: pykka.ActorRef[Any] | None = None,
@@ -121,6 +123,10 @@ class ConsumerPool(RedelayActor):
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.concurrency = concurrency
+        # Jobs leased beyond the threads wait in WorkerThreads' queue: their timeout starts when
+        # a thread takes them (_call_sync), their leases are extended meanwhile (_check_running)
+        # and they are released at a drain or stop like any job not started (_release_not_started).
+        self.prefetch = prefetch
         self.timeout_ms = timeout_ms
         self.lease_ms = lease_ms  # the topic's lease, for jobs that set none of their own
         self.check_interval_ms = check_interval_ms
@@ -215,9 +221,11 @@ class ConsumerPool(RedelayActor):
             self._drain(message.idle)
         elif isinstance(message, Stats):
             stuck = [r.timed_out_ms for r in self.running.values() if r.timed_out_ms is not None]
+            waiting = sum(1 for r in self.running.values() if r.started_ms is None)
             return {
                 **self.counts,
-                "running": len(self.running),
+                "running": len(self.running) - waiting,
+                "prefetched": waiting,
                 "timed_out_running": len(stuck),
                 "timed_out_since_ms": min(stuck, default=None),
             }
@@ -229,26 +237,38 @@ class ConsumerPool(RedelayActor):
         now = self.clock.now_ms()
         spans = None if self.tracing is None else self.tracing.process_batch(leases)
         running_jobs, metrics, default_lease_ms = self.running, self.metrics, self.lease_ms
+        # Without prefetch a job's thread is free when it is leased: its timeout starts now, as
+        # it always has. With prefetch it may wait, and its thread starts the timeout.
+        started_ms = None if self.prefetch else now
         for n, lease in enumerate(leases):
             lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or default_lease_ms)
             span = None if spans is None else spans[n]
-            running = _Running(lease, now, lease_ms, span=span)
+            running = _Running(lease, started_ms, lease_ms, span=span)
             running_jobs[lease.key] = running
             if self.loop is not None:
+                running.started_ms = now
                 running.future = self.loop.submit(self._call_async(lease, span))
             else:
                 assert self.threads is not None
-                running.task = self.threads.submit(partial(self._call_sync, lease, span))
+                running.task = self.threads.submit(partial(self._call_sync, running, span))
             metrics.started(now - lease.due_ms)
         self.counts["started"] += len(leases)
         metrics.jobs("leased", len(leases))
-        self.metrics.busy(len(self.running))
+        self.metrics.busy(self._handlers_busy())
         if self.drain_future is not None:
             self._release_not_started()
         self._ensure_check()
 
-    def _call_sync(self, lease: Lease, span: Span | None) -> None:
+    def _handlers_busy(self) -> int:
+        # Prefetched jobs wait only while every thread is taken, so the handlers running are
+        # the jobs held, up to the threads (the gauge must not count jobs waiting for one).
+        return min(len(self.running), self.concurrency)
+
+    def _call_sync(self, running: _Running, span: Span | None) -> None:
         """Runs on a worker thread."""
+        lease = running.lease
+        if running.started_ms is None:  # prefetched: its timeout starts now (one int, atomic)
+            running.started_ms = self.clock.now_ms()
         self._report(lease, call_sync(self.handler, lease, span))
 
     async def _call_async(self, lease: Lease, span: Span | None) -> None:
@@ -285,7 +305,7 @@ class ConsumerPool(RedelayActor):
         while results:
             lease, outcome = results.popleft()
             self._finished(lease.key, lease.token, outcome, now)
-        self.metrics.busy(len(self.running))
+        self.metrics.busy(self._handlers_busy())
 
     def _finished(self, key: tuple[str, str], token: str, o: Outcome, now: int) -> None:
         running = self.running.get(key)
@@ -303,7 +323,8 @@ class ConsumerPool(RedelayActor):
                 _seconds(now - running.timed_out_ms),
             )
         else:
-            self.metrics.finished("ok" if o.ok else "error", now - running.started_ms)
+            started_ms = now if running.started_ms is None else running.started_ms
+            self.metrics.finished("ok" if o.ok else "error", now - started_ms)
             if o.ok:
                 self.acks.append((key[0], key[1], token, o.detail))
                 self.ack_spans.append(running.span)
@@ -477,10 +498,11 @@ class ConsumerPool(RedelayActor):
         for key, running in self.running.items():
             if running.timed_out:
                 continue
-            if now - running.started_ms >= self.timeout_ms:
+            started_ms = running.started_ms
+            if started_ms is not None and now - started_ms >= self.timeout_ms:
                 running.timed_out_ms = now
                 self.counts["timeouts"] += 1
-                self.metrics.finished("timeout", now - running.started_ms)
+                self.metrics.finished("timeout", now - started_ms)
                 reason = f"timeout after {self.timeout_ms / 1000:g}s"
                 stack = self._stack_of(running)
                 error = TimeoutError(
@@ -579,7 +601,7 @@ class ConsumerPool(RedelayActor):
             del self.running[running.lease.key]
             finish(running.span, "released")
             running.span = None
-        self.metrics.busy(len(self.running))
+        self.metrics.busy(self._handlers_busy())
         # Each release goes to the front of the ready list, so the last one given ends up
         # first: give them back newest first to keep the order they were leased in.
         releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in reversed(withdrawn)]

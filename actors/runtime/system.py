@@ -42,6 +42,7 @@ class HandlerSpec:
     timeout_ms: int
     retry_ms: tuple[int, ...] | None
     lease_ms: int | None
+    prefetch: int = 0  # jobs leased beyond the threads, waiting in the pool for one
 
     def topic_config(self, defaults: TopicConfig) -> TopicConfig:
         """What a worker stores for the topic at start: the handler's retry schedule and lease,
@@ -156,6 +157,7 @@ class ActorSystem:
                 spec.topic,
                 spec.handler,
                 concurrency=spec.concurrency,
+                prefetch=spec.prefetch,
                 timeout_ms=spec.timeout_ms,
                 lease_ms=topic_config.lease_ms,
                 supervisor=supervisor,
@@ -169,7 +171,7 @@ class ActorSystem:
                 self.clock,
                 spec.topic,
                 pool,
-                spec.concurrency,
+                spec.concurrency + spec.prefetch,
                 supervisor=supervisor,
                 consumer=s.consumer,
                 look_interval_s=s.look_interval_s,

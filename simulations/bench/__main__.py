@@ -3,6 +3,12 @@
     python -m simulations.bench --full     # make bench: docs/benchmarks.md, .json and the PNGs
     python -m simulations.bench --quick    # make bench-quick: simulations/out/bench-quick/
     python -m simulations.bench --quick --systems redelay,arq --scenarios immediate
+    python -m simulations.bench --tiny --systems redelay --no-limit --no-profile --no-sweep
+
+Besides the scenarios every system runs, redelay alone gets the Redis limit, a handler
+concurrency sweep, a profile, and the two scale sections of issue 15: 10,000 against 10,000,000
+pending jobs (simulations/pending_scale.py) and 1, 2, 4 worker processes on one Redis
+(simulations/worker_scale.py), sized by the mode (see scale.py); each has a --no-... flag.
 
 One ``--seed`` drives the steady scenarios' delays; every setting is printed at the start.
 """
@@ -24,7 +30,7 @@ from typing import Any
 
 from actors.storage.scripts import sources
 
-from . import chart, redis_limit, report, targets
+from . import chart, redis_limit, report, scale, targets
 from .profiling import profile_redelay
 from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario, snapshot_code
 from .scenarios import Scenario, full_plan, quick_plan, tiny_plan
@@ -53,6 +59,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-limit", action="store_true", help="skip the Redis limit section")
     parser.add_argument("--no-profile", action="store_true", help="skip profiling redelay")
     parser.add_argument("--no-sweep", action="store_true", help="skip redelay's concurrency sweep")
+    parser.add_argument(
+        "--no-pending-scale",
+        action="store_true",
+        help="skip 10,000 against 10,000,000 pending jobs (simulations/pending_scale.py)",
+    )
+    parser.add_argument(
+        "--no-worker-scale",
+        action="store_true",
+        help="skip 1, 2, 4 worker processes on one Redis (simulations/worker_scale.py)",
+    )
     parser.add_argument(
         "--render",
         type=Path,
@@ -170,12 +186,40 @@ def render_only(json_path: Path, out_dir: Path | None = None) -> int:
         chart.lateness_chart(results["records"], plan, out_dir / charts["lateness"])
     if "throughput" in charts:
         chart.throughput_chart(results["records"], out_dir / charts["throughput"])
-    sweep = results.get("concurrency_sweep") or []
-    results["targets"] = [v.to_json() for v in targets.judge(results["records"], sweep)]
+    results["targets"] = [v.to_json() for v in judge(results)]
     page_path = out_dir / json_path.with_suffix(".md").name
     report.write(results, out_dir / json_path.name, page_path)
     print(f"rewrote {page_path} from {json_path}")
     return 0
+
+
+def judge(results: dict[str, Any]) -> list[targets.Verdict]:
+    """Issue 15's targets from a run's results; a JSON from before a section existed has no key
+    for it, and its targets read "not measured"."""
+    return targets.judge(
+        results["records"],
+        results.get("concurrency_sweep") or [],
+        pending_scale=results.get("pending_scale") or {},
+        worker_scale=results.get("worker_scale") or {},
+    )
+
+
+def run_scale_sections(
+    args: argparse.Namespace, code_dir: Path, wanted: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two scale sections (redelay only, like the sweep); {} for a section not run."""
+    pending: dict[str, Any] = {}
+    workers: dict[str, Any] = {}
+    if wanted and not args.no_pending_scale:
+        print(f"pending scale: {scale.pending_command(args.mode)}", flush=True)
+        pending = scale.run_pending_scale(args.mode, args.seed, code_dir)
+        print(f"  {pending.get('comparison') or pending.get('skipped')}", flush=True)
+    if wanted and not args.no_worker_scale:
+        print(f"worker scale: {scale.worker_command(args.mode)}", flush=True)
+        workers = scale.run_worker_scale(args.mode, code_dir)
+        for row in workers.get("summary") or [workers.get("skipped")]:
+            print(f"  {row}", flush=True)
+    return pending, workers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except AgentFailed as exc:
                     failed = f"failed: {str(exc).strip()[-300:]}"
                     profiles.append({"skipped": failed, "concurrency": concurrency})
+        pending_scale, worker_scale = run_scale_sections(
+            args, code_dir, "redelay" in {s.name for s in systems}
+        )
     load["end"] = list(os.getloadavg())
     prefix = "benchmarks" if args.mode == "full" else f"benchmarks-{args.mode}"
     charts = {
@@ -249,25 +296,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "redis_limit": limit,
         "profiles": profiles,
         "concurrency_sweep": sweep,
-        "targets": [v.to_json() for v in targets.judge(records, sweep)],
+        "pending_scale": pending_scale,
+        "worker_scale": worker_scale,
         "charts": {name: path for name, path in charts.items() if drawn[name]},
     }
+    results["targets"] = [v.to_json() for v in judge(results)]
     json_path, page_path = out_dir / f"{prefix}.json", out_dir / f"{prefix}.md"
     report.write(results, json_path, page_path)
     print(f"wrote {page_path} and {json_path} in {results['wall_s']} s")
     for verdict in results["targets"]:
         print(f"target: {verdict['target']}: {verdict['measured']} -> {verdict['met']}")
-    return report_errors(skipped)
+    return report_errors(skipped, scale.failures(pending_scale, worker_scale))
 
 
-def report_errors(skipped: Sequence[dict[str, Any]]) -> int:
-    """A peer that did not run is an error, never a silent gap in the comparison."""
+def report_errors(skipped: Sequence[dict[str, Any]], sections: Sequence[str] = ()) -> int:
+    """A peer that did not run is an error, never a silent gap in the comparison; so is a
+    section (the scale simulators) that was asked for and failed."""
     errors = [s for s in skipped if s.get("error", True)]
     for s in errors:
         print(f"ERROR: {s['system']} / {s['scenario']} did not run: {s['reason']}", flush=True)
     if errors:
         print(f"ERROR: {len(errors)} system/scenario pairs did not run: the comparison is partial")
-    return 1 if errors else 0
+    for section in sections:
+        print(f"ERROR: {section}", flush=True)
+    return 1 if errors or sections else 0
 
 
 if __name__ == "__main__":

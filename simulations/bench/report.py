@@ -17,11 +17,12 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from . import scale_report
+from .formatting import MISSING, duration, ms, num, table
 from .systems import SYSTEMS
 from .targets import PYTHON_PEERS, find
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "template.md"
-MISSING = "—"
 
 
 # -- machine and versions ------------------------------------------------------------------
@@ -77,29 +78,6 @@ def versions() -> dict[str, Any]:
     if server:
         found["redis-server"] = _command_output([server, "--version"])
     return found
-
-
-# -- formatting ----------------------------------------------------------------------------
-
-
-def num(value: Any, digits: int = 0) -> str:
-    if not isinstance(value, int | float) or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
-    return f"{value:,.{digits}f}"
-
-
-def ms(value: Any) -> str:
-    if not isinstance(value, int | float):
-        return MISSING
-    if abs(value) >= 1000:
-        return f"{value / 1000:,.2f} s"
-    return f"{value:,.1f} ms" if abs(value) >= 10 else f"{value:.2f} ms"
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _systems(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -462,6 +440,12 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "script_table": script_table(limit),
         "profile_section": profiles_section(results.get("profiles") or []),
         "sweep_table": sweep_table(results.get("concurrency_sweep") or []),
+        "pending_scale_results": scale_report.pending_section(results.get("pending_scale") or {}),
+        "wall_time": duration(results.get("wall_s")),
+        "scale_wall": scale_report.walls(
+            results.get("pending_scale") or {}, results.get("worker_scale") or {}
+        ),
+        "worker_scale_results": scale_report.worker_section(results.get("worker_scale") or {}),
         "skipped_section": skipped_section(results.get("skipped") or []),
         "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
         "versions_section": versions_section(results["versions"]),

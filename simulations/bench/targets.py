@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any
 
 from .spec import TUNED_SUFFIX
@@ -15,6 +16,11 @@ from .spec import TUNED_SUFFIX
 PYTHON_PEERS = ("arq", "rq", "dramatiq", "saq", "celery")
 REDELAY = "redelay"
 BULLMQ = "bullmq"
+MEMORY_BYTES = 300  # per pending job, audit stream excluded
+PENDING_LARGE, PENDING_SMALL = 10_000_000, 10_000
+PENDING_RATIO = 0.2  # with 10M pending: within 20% of the same at 10,000
+WORKER_COUNTS = (1, 2, 4)
+REDIS_SATURATED = 0.9  # Redis this busy (of one core) is the limit: more workers cannot help
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,21 +120,103 @@ def batched_add(records: Sequence[dict[str, Any]]) -> Verdict:
     return _enqueue(records, "enqueue-batch", "`add_many` >= 150,000 jobs/s", 150_000)
 
 
-def memory(records: Sequence[dict[str, Any]]) -> Verdict:
+def _largest_pending(pending_scale: dict[str, Any]) -> dict[str, Any] | None:
+    runs = pending_scale.get("runs") or []
+    return max(runs, key=lambda run: int(run["pending"])) if runs else None
+
+
+def memory(
+    records: Sequence[dict[str, Any]], pending_scale: dict[str, Any] | None = None
+) -> Verdict:
+    """Judged on the enqueue scenario's pending jobs and, when the pending-scale section ran, on
+    its largest N too: met only if every figure shown is within the bound."""
     target = "<= 300 bytes of Redis memory per pending job, audit stream excluded"
+    figures: list[tuple[str, float]] = []
     record = find(records, REDELAY, "enqueue-batch") or find(records, REDELAY, "enqueue-single")
-    if record is None:
+    without = _number((record or {}).get("redis_memory_bytes_per_pending_job_without_audit"))
+    with_audit = _number((record or {}).get("redis_memory_bytes_per_pending_job"))
+    parts = []
+    if without is not None and with_audit is not None:
+        figures.append(("enqueue", without))
+        parts.append(f"{without:.0f} B without the audit stream, {with_audit:.0f} B with it")
+    largest = _largest_pending(pending_scale or {})
+    at_scale = _number(
+        (largest or {}).get("memory", {}).get("bytes_per_pending_job_without_stream")
+    )
+    if largest is not None and at_scale is not None:
+        figures.append(("scale", at_scale))
+        parts.append(f"{at_scale:.0f} B without it at {int(largest['pending']):,} pending")
+    if not figures:
         return Verdict(target, "not measured", None)
-    without = _number(record.get("redis_memory_bytes_per_pending_job_without_audit"))
-    with_audit = _number(record.get("redis_memory_bytes_per_pending_job"))
-    if without is None or with_audit is None:
-        return Verdict(target, "not measured", None)
-    measured = f"{without:.0f} B without the audit stream, {with_audit:.0f} B with it"
-    return Verdict(target, measured, without <= 300)
+    return Verdict(target, "; ".join(parts), all(value <= MEMORY_BYTES for _, value in figures))
 
 
-def judge(records: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]] = ()) -> list[Verdict]:
-    """`sweep` is accepted for the callers' sake; the targets are judged on the table's rows."""
+def pending(pending_scale: dict[str, Any]) -> Verdict:
+    """The pending-scale section's comparison of its largest N with its smallest; a run whose
+    sizes are not 10,000,000 against 10,000 (--quick, --tiny) shows its ratios unjudged."""
+    target = (
+        "with 10,000,000 delayed jobs pending: delivery rate and steady lateness p50 and p99 "
+        "within 20% of the same with 10,000 pending"
+    )
+    comparison = pending_scale.get("comparison") or {}
+    ratios = [
+        _number(comparison.get(name))
+        for name in ("delivery_rate_ratio", "lateness_p50_ratio", "lateness_p99_ratio")
+    ]
+    if not comparison:
+        return Verdict(target, pending_scale.get("skipped") or "not measured", None)
+    large, small = int(comparison["large_pending"]), int(comparison["small_pending"])
+    shown = ["n/a" if r is None else f"x{r:.2f}" for r in ratios]
+    measured = (
+        f"{large:,} against {small:,} pending: rate {shown[0]}, p50 {shown[1]}, p99 {shown[2]}"
+    )
+    if (large, small) != (PENDING_LARGE, PENDING_SMALL):
+        return Verdict(target, measured + " (not the target's sizes)", None)
+    within = [r is not None and abs(r - 1) <= PENDING_RATIO for r in ratios]
+    return Verdict(target, measured, all(within))
+
+
+def workers(worker_scale: dict[str, Any]) -> Verdict:
+    """More worker processes on one Redis deliver more, until Redis is the limit: each step
+    (1 to 2, 2 to 4 processes) raises the rate, unless Redis was already REDIS_SATURATED busy at
+    the smaller count; and every job is delivered exactly once."""
+    target = (
+        "worker processes 1, 2, 4 on one Redis: each step up delivers more jobs/s until Redis "
+        f"is the limit (>= {REDIS_SATURATED:.0%} of its core busy), every job delivered once"
+    )
+    rows = {int(row["workers"]): row for row in worker_scale.get("summary") or []}
+    if not rows:
+        return Verdict(target, worker_scale.get("skipped") or "not measured", None)
+    parts = [
+        f"{k}: {float(row['delivered_jobs_per_s']):,.0f} jobs/s, Redis "
+        f"{float(row['redis_cpu_utilisation']):.0%} busy"
+        for k, row in sorted(rows.items())
+    ]
+    lost = sum(
+        int(row.get("missing") or 0) + int(row.get("duplicates") or 0) for row in rows.values()
+    )
+    if lost:
+        parts.append(f"{lost:,} jobs missing or run twice")
+    measured = "; ".join(parts)
+    if any(k not in rows for k in WORKER_COUNTS):
+        return Verdict(target, measured + " (not every count of the target ran)", None)
+    steps_met = all(
+        float(rows[more]["delivered_jobs_per_s"]) > float(rows[fewer]["delivered_jobs_per_s"])
+        or float(rows[fewer]["redis_cpu_utilisation"]) >= REDIS_SATURATED
+        for fewer, more in pairwise(WORKER_COUNTS)
+    )
+    return Verdict(target, measured, steps_met and not lost)
+
+
+def judge(
+    records: Sequence[dict[str, Any]],
+    sweep: Sequence[dict[str, Any]] = (),
+    *,
+    pending_scale: dict[str, Any] | None = None,
+    worker_scale: dict[str, Any] | None = None,
+) -> list[Verdict]:
+    """`sweep` is accepted for the callers' sake; the targets are judged on the table's rows and
+    the scale sections ({} or None: not run, its targets "not measured")."""
     del sweep
     return [
         delivered(records),
@@ -136,5 +224,7 @@ def judge(records: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]] = (
         lateness(records),
         single_add(records),
         batched_add(records),
-        memory(records),
+        memory(records, pending_scale),
+        pending(pending_scale or {}),
+        workers(worker_scale or {}),
     ]

@@ -1,0 +1,81 @@
+"""The two scale simulators as sections of ``python -m simulations.bench`` (issue 15).
+
+``simulations/pending_scale.py`` (10,000 against 10,000,000 pending delayed jobs) and
+``simulations/worker_scale.py`` (1, 2, 4 worker processes on one Redis) keep their own command
+lines for hand runs; here each is called through its ``measure`` with arguments sized by the
+bench's mode, parsed by its own parser so the defaults stay in one place. Both run pinned as the
+rest of the bench is (Redis on core 1, every client on core 0; simulations/bench/server.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import pending_scale, worker_scale
+from .runner import AgentFailed
+
+# pending_scale's arguments by mode. Full is the hand run of docs/benchmarks.md (one run per N:
+# the 10M fill takes minutes); quick and tiny only keep the code path alive.
+PENDING_ARGS = {
+    "full": "--pending 10000 10000000 --deliver-jobs 50000 --rate 1000 --seconds 30"
+    " --delay-ms 1000 5000 --repeat 1",
+    "quick": "--pending 10000 100000 --deliver-jobs 5000 --rate 1000 --seconds 5"
+    " --delay-ms 1000 3000 --wait-s 30 --repeat 1",
+    "tiny": "--pending 200 2000 --deliver-jobs 300 --rate 200 --seconds 1"
+    " --delay-ms 200 600 --wait-s 20 --repeat 1",
+}
+# worker_scale's: pinned as the bench pins (--pin is its default; it falls back to unpinned on
+# fewer than 2 cores, and the JSON says which).
+WORKER_ARGS = {
+    "full": "--workers 1 2 4 --jobs 200000 --repeat 2 --pin",
+    "quick": "--workers 1 2 --jobs 20000 --repeat 1 --pin",
+    "tiny": "--workers 1 2 --jobs 600 --concurrency 10 --repeat 1 --pin",
+}
+# What a failure inside a simulator raises: an agent that died, a run past its timeout.
+FAILURES = (AgentFailed, SystemExit, RuntimeError, OSError)
+
+
+def pending_command(mode: str) -> str:
+    return "python -m simulations.pending_scale " + PENDING_ARGS[mode]
+
+
+def worker_command(mode: str) -> str:
+    return "python -m simulations.worker_scale " + WORKER_ARGS[mode]
+
+
+def _failed(exc: BaseException, command: str) -> dict[str, Any]:
+    return {"skipped": f"failed: {str(exc).strip()[-400:]}", "command": command, "error": True}
+
+
+def run_pending_scale(mode: str, seed: int, code_dir: Path | None) -> dict[str, Any]:
+    """pending_scale's result (settings, one record per N, the comparison) plus the command
+    that repeats it alone; on a failure, why, so the rest of the run still gets written."""
+    command = pending_command(mode)
+    args = pending_scale.parse_args([*PENDING_ARGS[mode].split(), "--seed", str(seed)])
+    started = time.monotonic()
+    try:
+        result = pending_scale.measure(args, code_dir)
+    except FAILURES as exc:
+        return _failed(exc, command)
+    return {**result, "command": command, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def run_worker_scale(mode: str, code_dir: Path | None) -> dict[str, Any]:
+    """worker_scale's result (settings, every run, the summary per worker count) plus the
+    command that repeats it alone; on a failure, why."""
+    command = worker_command(mode)
+    args = worker_scale.parse_args(WORKER_ARGS[mode].split())
+    started = time.monotonic()
+    try:
+        result = worker_scale.measure(args, code_dir)
+    except FAILURES as exc:
+        return _failed(exc, command)
+    return {**result, "command": command, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def failures(pending: dict[str, Any], workers: dict[str, Any]) -> list[str]:
+    """Each section that was asked for and failed, for the run's exit status."""
+    named = (("pending scale", pending), ("worker scale", workers))
+    return [f"{name}: {found['skipped']}" for name, found in named if found.get("error")]

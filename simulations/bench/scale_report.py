@@ -1,0 +1,324 @@
+"""The page's two scale sections (10M pending jobs, worker processes) from a run's results.
+
+Each returns the part of its section that comes from the run: what ran, its tables, and what they
+show, every conclusion computed from the figures (a ratio, "yes"/"no") so the text stays true for
+any run. A run without the section (skipped, failed, or a JSON from before it was part of
+``make bench``) renders as "not measured", never as stale figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
+from .formatting import MISSING, duration, ms, num, table
+from .targets import MEMORY_BYTES, PENDING_RATIO, REDIS_SATURATED
+
+NOT_RUN = (
+    "Not measured in this run (`--no-{flag}`, a run without redelay, or a JSON from before this "
+    "section was part of `make bench`)."
+)
+MACHINE_SATURATED = 0.95  # every core this busy: the CPU, not Redis, was the limit
+
+
+def _not_measured(result: dict[str, Any], flag: str) -> str | None:
+    if not result:
+        return NOT_RUN.format(flag=flag)
+    if "skipped" in result:
+        return f"Not measured: {result['skipped']} (`{result.get('command', '')}`)."
+    return None
+
+
+def _spread(summary: dict[str, Any], name: str, fmt: Any = num, scale: float = 1.0) -> str:
+    """The median, and the range when there were several runs."""
+    value = summary.get(name)
+    if not isinstance(value, int | float):
+        return MISSING
+    text = str(fmt(value * scale))
+    low, high = summary.get(name + "_range") or (None, None)
+    if low is not None and high is not None and low != high:
+        text += f" ({fmt(low * scale)}-{fmt(high * scale)})"
+    return text
+
+
+def _ratio(value: Any) -> str:
+    return f"x{value:.2f}" if isinstance(value, int | float) else MISSING
+
+
+def _change(value: Any) -> str:
+    """A ratio as a change: x1.43 -> 43% more, x0.83 -> 17% less."""
+    if not isinstance(value, int | float):
+        return "not measured"
+    percent = round(abs(value - 1) * 100)
+    return "the same" if percent == 0 else f"{percent}% {'more' if value > 1 else 'less'}"
+
+
+def _loads(result: dict[str, Any]) -> str:
+    start = ", ".join(f"{x:.2f}" for x in result.get("load_average_start") or []) or MISSING
+    end = ", ".join(f"{x:.2f}" for x in result.get("load_average_end") or []) or MISSING
+    return f"load average {start} at the start, {end} at the end"
+
+
+def _runs_note(repeat: int, what: str) -> str:
+    if repeat <= 1:
+        return f"one run per {what}"
+    return f"{repeat} runs per {what}, alternated; medians with the range"
+
+
+def walls(pending: dict[str, Any], workers: dict[str, Any]) -> str:
+    """How long each scale section took in this run, for "How it was measured"."""
+    parts = []
+    for name, result in (("pending jobs", pending), ("worker processes", workers)):
+        seconds = result.get("wall_s")
+        parts.append(f"{name} {duration(seconds) if seconds is not None else 'not run'}")
+    return ", ".join(parts)
+
+
+# -- ten million pending jobs ----------------------------------------------------------------
+
+
+def pending_section(result: dict[str, Any]) -> str:
+    missing = _not_measured(result, "pending-scale")
+    if missing is not None:
+        return missing
+    runs: list[dict[str, Any]] = result.get("runs") or []
+    if not runs:
+        return "Not measured: the section recorded no run."
+    settings = result.get("settings") or {}
+    low, high = settings.get("delay_ms") or (0, 0)
+    sizes = " and ".join(num(r["pending"]) for r in runs)
+    fills = ", ".join(
+        f"{num(r.get('fill_jobs_per_s'))} jobs/s for the {num(r['pending'])}" for r in runs
+    )
+    intro = (
+        f"In this run (`{result.get('command', MISSING)}`; {result.get('pinning', MISSING)}; Redis "
+        f"{runs[0].get('redis_version', MISSING)}; {_loads(result)}): N = {sizes}, "
+        f"{num(settings.get('deliver_jobs'))} jobs due now, a steady {num(settings.get('rate'))} "
+        f"jobs/s for {num(settings.get('seconds'))} s each due {low / 1000:g} to {high / 1000:g} s "
+        f"after it was added; {_runs_note(int(settings.get('repeat') or 1), 'N')}. Filled at "
+        f"{fills}."
+    )
+    parts = [intro, pending_table(runs, result.get("comparison") or {}), memory_table(runs)]
+    if len(runs) > 1:
+        parts.append("What it shows:\n\n" + pending_findings(runs, result["comparison"]))
+    return "\n\n".join(parts)
+
+
+def pending_table(runs: Sequence[dict[str, Any]], comparison: dict[str, Any]) -> str:
+    header = [""] + [f"{num(r['pending'])} pending" for r in runs]
+    if comparison:
+        large, small = num(comparison["large_pending"]), num(comparison["small_pending"])
+        header.append(f"{large} / {small}")
+    cpu = "redis_cpu_ms_per_1k_jobs"
+    cpu_ratio = _cpu_ratio(runs) if comparison else None
+    deliver_jobs = num((runs[0].get("immediate_summary") or {}).get("jobs"))
+    rows_spec: list[tuple[str, str, str, Any, str | None]] = [
+        (f"delivered jobs/s, {deliver_jobs} due now", "immediate", "delivered_jobs_per_s", num, ""),
+        ("Redis CPU ms per 1k delivered jobs", "immediate", cpu, _one_digit, ""),
+        ("steady lateness p50", "steady", "lateness_ms_p50", ms, ""),
+        ("steady lateness p99", "steady", "lateness_ms_p99", ms, ""),
+        ("steady lateness max", "steady", "lateness_ms_max", ms, None),
+    ]
+    ratios = {
+        "delivered_jobs_per_s": comparison.get("delivery_rate_ratio"),
+        cpu: cpu_ratio,
+        "lateness_ms_p50": comparison.get("lateness_p50_ratio"),
+        "lateness_ms_p99": comparison.get("lateness_p99_ratio"),
+    }
+    rows = []
+    for label, kind, field, fmt, ratio_cell in rows_spec:
+        row = [label] + [_spread(r.get(kind + "_summary") or {}, field, fmt) for r in runs]
+        if comparison:
+            row.append(_ratio(ratios.get(field)) if ratio_cell is not None else "")
+        rows.append(row)
+    counts = ["early deliveries, duplicates, missing (steady + due now)"]
+    for r in runs:
+        im, st = r.get("immediate_summary") or {}, r.get("steady_summary") or {}
+        counts.append(
+            f"{num(st.get('early_deliveries'))}, "
+            f"{num(int(im.get('duplicates') or 0) + int(st.get('duplicates') or 0))}, "
+            f"{num(int(im.get('missing') or 0) + int(st.get('missing') or 0))}"
+        )
+    if comparison:
+        counts.append("")
+    rows.append(counts)
+    return table(header, rows)
+
+
+def _one_digit(value: Any) -> str:
+    return num(value, 1)
+
+
+def _cpu_ratio(runs: Sequence[dict[str, Any]]) -> float | None:
+    first = (runs[0].get("immediate_summary") or {}).get("redis_cpu_ms_per_1k_jobs")
+    last = (runs[-1].get("immediate_summary") or {}).get("redis_cpu_ms_per_1k_jobs")
+    if not isinstance(first, int | float) or not isinstance(last, int | float) or not first:
+        return None
+    return float(last) / float(first)
+
+
+def memory_table(runs: Sequence[dict[str, Any]]) -> str:
+    header = ["bytes per pending job"] + [f"{num(r['pending'])} pending" for r in runs]
+    memories = [r.get("memory") or {} for r in runs]
+    keys = [{k["key"]: k for k in m.get("keys") or []} for m in memories]
+
+    def key_cell(by_key: dict[str, Any], name: str) -> str:
+        found = by_key.get(name) or {}
+        text = num(found.get("bytes_per_pending_job"), 1)
+        if found.get("samples"):
+            text += f" (sampled, {num(found.get('elements'))} elements)"
+        elif name == "audit" and found:
+            text += f" ({num(found.get('elements'))} entries)"
+        return text
+
+    def index_cell(memory: dict[str, Any]) -> str:
+        text = num(memory.get("bytes_per_pending_job_without_stream_and_index"), 1)
+        exact = memory.get("bytes_per_pending_job_without_stream_and_index_exact")
+        return text + (f" ({num(exact, 1)} by deleting both)" if exact is not None else "")
+
+    rows = [
+        ["in total"] + [num(m.get("bytes_per_pending_job"), 1) for m in memories],
+        ["without the audit stream"]
+        + [num(m.get("bytes_per_pending_job_without_stream"), 1) for m in memories],
+        ["without the stream and its history index (`<prefix>history`)"]
+        + [index_cell(m) for m in memories],
+        ["of which the job pool (`jobs` HASH)"] + [key_cell(k, "jobs") for k in keys],
+        ["the due times (`delayed` ZSET)"] + [key_cell(k, "delayed") for k in keys],
+        ["the audit stream"] + [key_cell(k, "audit") for k in keys],
+        ["the history index"] + [key_cell(k, "history") for k in keys],
+        ["in no key (the key space, allocator rounding)"]
+        + [num(m.get("rest_bytes_per_pending_job"), 1) for m in memories],
+    ]
+    return table(header, rows)
+
+
+def pending_findings(runs: Sequence[dict[str, Any]], comparison: dict[str, Any]) -> str:
+    large, small = num(comparison["large_pending"]), num(comparison["small_pending"])
+    within = "yes" if comparison.get("within_20_percent") else "no"
+    largest = runs[-1]
+    per_job = (largest.get("memory") or {}).get("bytes_per_pending_job_without_stream")
+    without_index = (largest.get("memory") or {}).get(
+        "bytes_per_pending_job_without_stream_and_index"
+    )
+    memory_met = isinstance(per_job, int | float) and per_job <= MEMORY_BYTES
+    margin = (
+        f"{num(abs(per_job - MEMORY_BYTES))} B {'under' if memory_met else 'over'}"
+        if isinstance(per_job, int | float)
+        else MISSING
+    )
+    lost = sum(
+        int((r.get(kind) or {}).get(name) or 0)
+        for r in runs
+        for kind in ("immediate_summary", "steady_summary")
+        for name in ("missing", "duplicates")
+    )
+    early = sum(int((r.get("steady_summary") or {}).get("early_deliveries") or 0) for r in runs)
+    lines = [
+        f"- **Delivery rate and steady lateness p50 and p99 within {PENDING_RATIO:.0%} of "
+        f"{small} pending, at {large}: {within}.** The rate was "
+        f"{_ratio(comparison.get('delivery_rate_ratio'))} "
+        f"({_change(comparison.get('delivery_rate_ratio'))}), the median lateness "
+        f"{_ratio(comparison.get('lateness_p50_ratio'))}, the p99 "
+        f"{_ratio(comparison.get('lateness_p99_ratio'))}.",
+        f"- **Redis CPU per delivered job at {large}: {_ratio(_cpu_ratio(runs))}** "
+        f"({_change(_cpu_ratio(runs))} than at {small}).",
+        f"- **Memory at {large}: {num(per_job, 1)} B per pending job without the audit stream, "
+        f"the {MEMORY_BYTES}-byte target {'met' if memory_met else 'not met'}** ({margin}); "
+        f"{num(without_index, 1)} B without the history index either.",
+        f"- **Every job delivered once, none early: {'yes' if not lost and not early else 'no'}** "
+        f"({lost:,} missing or run twice, {early:,} early, over every run).",
+    ]
+    return "\n".join(lines)
+
+
+# -- worker processes on one Redis -----------------------------------------------------------
+
+
+def worker_section(result: dict[str, Any]) -> str:
+    missing = _not_measured(result, "worker-scale")
+    if missing is not None:
+        return missing
+    summary: list[dict[str, Any]] = result.get("summary") or []
+    if not summary:
+        return "Not measured: the section recorded no run."
+    settings = result.get("settings") or {}
+    cores = num(result.get("cpus"))
+    intro = (
+        f"In this run (`{result.get('command', MISSING)}`; {result.get('pinning', MISSING)}; "
+        f"{cores} cores; {_loads(result)}): {num(settings.get('jobs'))} jobs due now per run, "
+        f"handler concurrency {num(settings.get('concurrency'))} per worker; "
+        f"{_runs_note(int(settings.get('repeat') or 1), 'K')}."
+    )
+    rows = [
+        [
+            num(s["workers"]),
+            _spread(s, "delivered_jobs_per_s"),
+            _spread(s, "redis_cpu_us_per_job", _one_digit),
+            _spread(s, "redis_cpu_utilisation", _percent, 100),
+            _spread(s, "workers_cpu_us_per_job", _one_digit),
+            _spread(s, "workers_cpu_utilisation", _percent, 100),
+            _spread(s, "machine_cpu_busy", _percent, 100),
+        ]
+        for s in summary
+    ]
+    header = [
+        "workers",
+        "delivered jobs/s",
+        "Redis CPU µs/job",
+        "Redis busy",
+        "workers' CPU µs/job",
+        "workers busy",
+        f"all {cores} cores busy",
+    ]
+    findings = "What it shows:\n\n" + worker_findings(summary)
+    return "\n\n".join([intro, table(header, rows), findings])
+
+
+def _percent(value: Any) -> str:
+    return f"{num(value)}%" if isinstance(value, int | float) else MISSING
+
+
+def worker_findings(summary: Sequence[dict[str, Any]]) -> str:
+    jobs = sum(int(s.get("jobs") or 0) for s in summary)
+    missing = sum(int(s.get("missing") or 0) for s in summary)
+    duplicates = sum(int(s.get("duplicates") or 0) for s in summary)
+    once = "yes" if not missing and not duplicates else "no"
+    lines = [
+        f"- **Every job delivered once: {once}** ({jobs:,} jobs over every run, {missing:,} "
+        f"missing, {duplicates:,} run twice)."
+    ]
+    by_count = sorted(summary, key=lambda s: int(s["workers"]))
+    steps = [
+        f"from {num(fewer['workers'])} to {num(more['workers'])} processes "
+        f"{_ratio(_quotient(more, fewer))} ({_change(_quotient(more, fewer))})"
+        for fewer, more in pairwise(by_count)
+    ]
+    if steps:
+        lines.append("- **Delivered jobs/s by process count:** " + "; ".join(steps) + ".")
+    redis_costs = [float(s["redis_cpu_us_per_job"]) for s in summary]
+    busiest = max(summary, key=lambda s: float(s["redis_cpu_utilisation"]))
+    busy = float(busiest["redis_cpu_utilisation"])
+    limit = (
+        f"at least {REDIS_SATURATED:.0%}, so Redis was the limit"
+        if busy >= REDIS_SATURATED
+        else f"below {REDIS_SATURATED:.0%}, so Redis was not the limit"
+    )
+    lines.append(
+        f"- **Redis: {num(min(redis_costs), 1)} to {num(max(redis_costs), 1)} µs of CPU per job** "
+        f"across the process counts, so one Redis core would carry about "
+        f"{num(1e6 / max(redis_costs))} to {num(1e6 / min(redis_costs))} jobs/s; it was at most "
+        f"{num(busy * 100)}% busy ({num(busiest['workers'])} processes), {limit}."
+    )
+    machine = max(float(s["machine_cpu_busy"]) for s in summary)
+    saturated = "yes" if machine >= MACHINE_SATURATED else "no"
+    lines.append(
+        f"- **Every core of the machine at least {MACHINE_SATURATED:.0%} busy in some run: "
+        f"{saturated}** (at most {num(machine * 100)}%, every process on it counted)."
+    )
+    return "\n".join(lines)
+
+
+def _quotient(more: dict[str, Any], fewer: dict[str, Any]) -> float | None:
+    base = float(fewer.get("delivered_jobs_per_s") or 0)
+    return float(more["delivered_jobs_per_s"]) / base if base else None

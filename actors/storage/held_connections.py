@@ -39,7 +39,8 @@ class HeldConnection(Protocol):
 
     retry: Retry
 
-    def send_packed_command(self, command: list[bytes] | bytes) -> None: ...
+    def connect(self) -> None: ...
+    def send_packed_command(self, command: list[bytes]) -> None: ...
     def read_response(self) -> Any: ...
     def can_read(self) -> bool: ...
     def disconnect(self) -> None: ...
@@ -136,6 +137,10 @@ class HeldConnections:
 
     @staticmethod
     def _send_and_read(connection: HeldConnection, packed: bytes, replies: int) -> list[Any]:
+        # connect() as the pool does before handing a connection out: a sentinel-managed one
+        # asks the sentinels for the current master there, while a send that reconnects by
+        # itself goes back to the address it had. A no-op when connected.
+        connection.connect()
         connection.send_packed_command([packed])  # a list: redis-py iterates it
         read: list[Any] = []
         for _ in range(replies):

@@ -16,6 +16,7 @@ from _wait import WAIT_S
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
 from actors.storage.calls import decoded as _s
+from actors.storage.scripts import sources
 from actors.storage.store import Store, open_store
 from actors.values import Lease, TopicConfig
 
@@ -487,6 +488,8 @@ def test_ack_and_lease_acks_then_leases_in_one_call(
     store.add_many([store.new_job("t", name) for name in ("a", "b", "c", "d")])
     a, _ = store.lease("t", 2, "w")
     audit.new()
+    for _, source in sources().values():  # so no NOSCRIPT retry adds a call, in any test order
+        redis_client.script_load(source)
     before = redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]
     codes, batch = store.ack_and_lease(
         [("t", "a", a.token, ""), ("t", "b", "1-999", "")], "t", 5, "w"
@@ -503,6 +506,25 @@ def test_ack_and_lease_acks_then_leases_in_one_call(
         ("leased", "d"),
     ]
     assert_clean(store)
+
+
+def test_ack_and_lease_answers_names_never_leased_not_leased_and_changes_no_job(
+    store: Store,
+) -> None:
+    """Its acks come from the pool's leases, so their names are not checked again; a name
+    that is no leased job, even one the checks would refuse, is refused by the script."""
+    store.add_many([store.new_job("t", name) for name in ("a", "b")])
+    (a,) = store.lease("t", 1, "w")
+    before = {name: store.get("t", name) for name in ("a", "b")}
+    codes, batch = store.ack_and_lease(
+        [("t", "never", "1-1", ""), ("no such topic", "bad id", "1-1", "")], "t", 0 + 1, "w"
+    )
+    assert codes == [ErrorCode.NOT_LEASED, ErrorCode.NOT_LEASED]
+    assert not isinstance(batch, Exception) and [x.id for x in batch.leases] == ["b"]
+    assert store.get("t", "a") == before["a"]  # still leased, with its own token
+    assert store.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 2, "dead": 0}
+    leased_a = before["a"]
+    assert leased_a is not None and leased_a.token == a.token
 
 
 def test_ack_and_lease_on_a_paused_topic_acks_and_says_paused(store: Store) -> None:

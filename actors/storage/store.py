@@ -56,7 +56,7 @@ from actors.storage import calls, gates, heartbeats, reads
 from actors.storage import codec as _record
 from actors.storage import schedules as schedule_calls
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
-from actors.storage.keys import ShardKeys, schedule_shard
+from actors.storage.keys import ShardKeys, member, schedule_shard
 from actors.storage.namespace_config import (
     ensure_retention,
     ensure_shards,
@@ -482,13 +482,17 @@ class Store(ShardPlan):
         one pipeline of the two script calls (the lease sees the acks' effects, e.g. on a
         max_in_flight limit). One shard only. Each half's error comes back in its place rather
         than raised, so a caller whose acks failed still gets the jobs the lease took (and a
-        caller whose lease failed still learns what its acks did)."""
+        caller whose lease failed still learns what its acks did). The acks name jobs this
+        store leased (a worker's pool is the caller), so their topic and id are not checked
+        again: a name that was never leased is answered NOT_LEASED (a ``rejected`` event, as
+        for any refused ack) and no job changes. Their details are, being what handlers
+        returned."""
         if len(self.shard_keys) != 1:
             raise ValueError("ack_and_lease: a namespace of one shard only")
         self._batch_limit(acks, "acks")
         validation.topic(topic)
         validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
-        rows = [(self._member(a[0], a[1]), a[2], validation.reason(a[3])) for a in acks]
+        rows = [(member(a[0], a[1]), a[2], validation.reason(a[3])) for a in acks]
         at = self._now()
         ack_reply, lease_reply = self._batch.run(
             [calls.ack(self.keys, at, rows), calls.lease(self.keys, at, topic, limit, consumer)],

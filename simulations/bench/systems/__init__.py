@@ -139,8 +139,8 @@ def _tuned(name: str, config: str) -> SystemInfo:
 _TUNED: tuple[SystemInfo, ...] = (
     _tuned(
         "redelay",
-        "As redelay, with handler concurrency 100 (docs/scaling.md: raise concurrency for "
-        "I/O-bound handlers).",
+        "As redelay, with handler concurrency 100 and prefetch 400 (docs/scaling.md, tuning a "
+        "handler for throughput: concurrency for I/O-bound handlers, prefetch for short ones).",
     ),
     _tuned(
         "arq",

@@ -17,7 +17,10 @@ NAMESPACE = "bench"
 # The in-process concurrency arq, SAQ and BullMQ get here too; BENCH_REDELAY_CONCURRENCY
 # overrides it for experiments (docs/benchmarks.md reports the default run).
 CONCURRENCY = int(os.environ.get("BENCH_REDELAY_CONCURRENCY", "10"))
-TUNED_CONCURRENCY = 100  # redelay-tuned: what docs/scaling.md advises for I/O-bound handlers
+# redelay-tuned: what docs/scaling.md ("Tuning a handler for throughput") advises for I/O-bound
+# handlers, and for short ones, prefetch.
+TUNED_CONCURRENCY = 100
+TUNED_PREFETCH = 400
 
 
 class Producer:
@@ -49,7 +52,11 @@ def produce(spec: AgentSpec, due: DueTimes) -> ProduceResult:
 def work(spec: AgentSpec, recorder: Recorder) -> None:
     queue = DelayQueue(spec.url, NAMESPACE)
 
-    @queue.handler(QUEUE_NAME, concurrency=TUNED_CONCURRENCY if spec.tuned else CONCURRENCY)
+    @queue.handler(
+        QUEUE_NAME,
+        concurrency=TUNED_CONCURRENCY if spec.tuned else CONCURRENCY,
+        prefetch=TUNED_PREFETCH if spec.tuned else 0,
+    )
     def handle(job: Job) -> None:
         recorder.delivered(job.body)
 

@@ -18,9 +18,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from actors.errors import ConfigError
+from actors.storage.async_held_connections import AsyncHeldConnections, async_holdable
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import ScriptCall
 from actors.storage.script_batch import WaitFor
@@ -44,6 +46,12 @@ class AsyncScriptBatch:
         self._shas = shas()
         self._queued: list[Queued] = []
         self._sender: asyncio.Task[None] | None = None
+        # Pipelines on a client of one server go out on connections held out of its pool.
+        self._held = (
+            AsyncHeldConnections(client)
+            if isinstance(client, aredis.Redis) and async_holdable(client)
+            else None
+        )
 
     async def run(
         self, script_calls: Sequence[ScriptCall], wait: WaitFor | None = None
@@ -103,9 +111,24 @@ class AsyncScriptBatch:
         return await self._evalsha(call)
 
     async def _evalsha(self, call: ScriptCall) -> Any:
-        return await self.client.execute_command(
-            "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
-        )
+        return await self.client.execute_command(*self._evalsha_command(call))
+
+    def _evalsha_command(self, call: ScriptCall) -> tuple[Any, ...]:
+        return ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
+
+    async def _send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The commands' replies, error replies in place, sent together in one write."""
+        if self._held is not None:
+            return await self._held.pipeline(commands)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
+    async def close(self) -> None:
+        """Gives the held connections back to the client's pool (the client stays open)."""
+        if self._held is not None:
+            await self._held.close()
 
     async def _pipelined(
         self, script_calls: Sequence[ScriptCall], wait: WaitFor | None
@@ -115,15 +138,10 @@ class AsyncScriptBatch:
         pending = list(range(len(script_calls)))
         acked: int | None = None
         for _ in range(_SCRIPT_ATTEMPTS):
-            async with self.client.pipeline(transaction=False) as pipe:
-                for n in pending:
-                    call = script_calls[n]
-                    pipe.execute_command(
-                        "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
-                    )
-                if wait is not None:
-                    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
-                results = list(await pipe.execute(raise_on_error=False))
+            commands = [self._evalsha_command(script_calls[n]) for n in pending]
+            if wait is not None:
+                commands.append(("WAIT", wait.replicas, wait.timeout_ms))
+            results = await self._send(commands)
             replicas = None if wait is None else results.pop()
             if isinstance(replicas, Exception):
                 raise replicas

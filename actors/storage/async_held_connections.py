@@ -66,7 +66,8 @@ def async_holdable(client: object) -> bool:
     put push messages between replies, and a Sentinel-managed client keeps redis-py's path (its
     failover handling lives in the pool and connection classes this module would bypass in
     part): those keep redis-py's own path."""
-    if type(client) is not aredis.Redis or client.connection is not None:
+    # A single-connection client takes its connection on its first command, not when made.
+    if type(client) is not aredis.Redis or client.single_connection_client:
         return False
     pool = client.connection_pool
     if not isinstance(pool, ConnectionPool) or isinstance(pool, SentinelConnectionPool):
@@ -98,7 +99,8 @@ class AsyncHeldConnections:
                 lambda _error: connection.disconnect(),
             )
         except BaseException:
-            # Interrupted mid-reply (cancelled) or out of retries: the next call starts clean.
+            # Interrupted mid-reply (cancelled) or out of retries: the next call must start
+            # clean. redis-py's Connection disconnects itself in both cases; not relied on here.
             await connection.disconnect(nowait=True)
             raise
         finally:

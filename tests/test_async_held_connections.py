@@ -190,6 +190,28 @@ def test_closing_the_queue_gives_the_held_connections_back(redis_server: RedisPr
     assert after_close == 0
 
 
+def test_scripts_the_server_forgot_are_loaded_again_on_the_held_connection(
+    redis_server: RedisProcess,
+) -> None:
+    async def scenario() -> tuple[list[str], int, int]:
+        client = aredis.Redis.from_url(redis_server.url)
+        queue = AsyncDelayQueue(client, namespace="reload")
+        added = [await queue.add("t", "a", delay=60)]
+        other = aredis.Redis.from_url(redis_server.url)
+        await other.script_flush()  # as after a restart or a failover
+        await other.aclose()
+        added += await asyncio.gather(*(queue.add("t", f"b{n}", delay=60) for n in range(3)))
+        pool = client.connection_pool
+        # One connection all along: SCRIPT LOAD went out on the held one, not a pool's second.
+        counts = len(pool._in_use_connections), len(pool._available_connections)
+        await queue.aclose()
+        return added, *counts
+
+    added, in_use_count, available = run(scenario)
+    assert added == ["new"] * 4
+    assert (in_use_count, available) == (1, 0)
+
+
 def test_the_call_overhead_benchmark_times_the_async_ways(
     redis_server: RedisProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:

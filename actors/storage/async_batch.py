@@ -125,6 +125,17 @@ class AsyncScriptBatch:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
 
+    async def _load(self, names: set[str]) -> None:
+        """Loads the scripts again: on held connections in one pipeline (the pool would open a
+        connection beside the held one), else one at a time through the client."""
+        if self._held is None:
+            for name in names:
+                await self.client.script_load(self._sources[name][1])
+            return
+        _raise_first_error(
+            await self._send([("SCRIPT", "LOAD", self._sources[n][1]) for n in names])
+        )
+
     async def close(self) -> None:
         """Gives the held connections back to the client's pool (the client stays open)."""
         if self._held is not None:
@@ -155,8 +166,7 @@ class AsyncScriptBatch:
                 acked = int(replicas) if acked is None else min(acked, int(replicas))
             if not retry:
                 return replies, acked
-            for name in {script_calls[n].name for n in retry}:
-                await self.client.script_load(self._sources[name][1])
+            await self._load({script_calls[n].name for n in retry})
             pending = retry
         raise NoScriptError(f"{len(pending)} script calls were refused NOSCRIPT after loading")
 

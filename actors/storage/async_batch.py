@@ -6,7 +6,8 @@ connection). Single calls from concurrent tasks are *coalesced*: a call made whi
 pipeline is on the wire waits for it, then goes out with every call queued meanwhile, in one
 pipeline. A hundred tasks adding at once thus cost a few writes and reads instead of a hundred
 of each; a lone call goes out at once. Each call keeps its own reply or error: coalescing joins
-no scripts, only their trip over the network.
+no scripts, only their trip over the network. On a plain client (not Sentinel's) the pipelines
+go out on connections held out of the client's pool (async_held_connections.py).
 
 Redis Cluster: each call goes through the cluster client, which routes it by its first key and
 follows MOVED and ASK; the calls of one operation run concurrently.

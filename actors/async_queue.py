@@ -232,8 +232,12 @@ class AsyncDelayQueue:
             return
         self._closed = True
         client = self._client if self._client is not None else self._source
-        if not isinstance(client, str):
-            await client.aclose()
+        try:
+            if self._store is not None:  # the held connections go back before the pool closes
+                await self._store.close()
+        finally:
+            if not isinstance(client, str):
+                await client.aclose()
 
     async def close(self) -> None:
         """The same as :meth:`aclose`."""

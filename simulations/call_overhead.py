@@ -9,24 +9,33 @@ no work, so what differs is the client's: this process's CPU (``time.thread_time
 Rounds alternate the ways, and the best round of each is reported, since a shared machine's noise
 only ever slows a round down.
 
+With ``--asyncio`` the ways are the async producer's instead: a pipeline of two on
+``redis.asyncio`` and the same on
+:class:`actors.storage.async_held_connections.AsyncHeldConnections`, awaited one after another
+on one event loop (the loop's own CPU included).
+
     python -m simulations.call_overhead                  # 10,000 calls, 5 rounds
     python -m simulations.call_overhead --calls 2000 --rounds 3 --json
+    python -m simulations.call_overhead --asyncio
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 
 from actors.server.embedded import RedisProcess
+from actors.storage.async_held_connections import AsyncHeldConnections
 from actors.storage.held_connections import HeldConnections
 
 # An add call's shape: 6 keys and 10 arguments (see actors/storage/calls.py).
@@ -53,23 +62,68 @@ def ways(client: redis.Redis, sha: str) -> dict[str, Callable[[], Any]]:
     }
 
 
-def measure(url: str, calls: int, rounds: int) -> dict[str, dict[str, float]]:
+def async_ways(client: aredis.Redis, sha: str) -> dict[str, Callable[[], Awaitable[Any]]]:
+    command = ("EVALSHA", sha, len(KEYS), *KEYS, *ARGS)
+    held = AsyncHeldConnections(client)
+
+    async def pipeline() -> Any:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.execute_command(*command)
+            pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+
+    return {
+        "redis.asyncio pipeline of 2": pipeline,
+        "held async connection, pipeline of 2": lambda: held.pipeline([command, command]),
+    }
+
+
+Best = dict[str, tuple[float, float]]
+
+
+def keep_best(best: Best, name: str, calls: int, started_cpu: float, started: float) -> None:
+    cpu_us = (time.thread_time() - started_cpu) / calls * 1e6
+    per_s = calls / (time.perf_counter() - started)
+    if name not in best or cpu_us < best[name][0]:
+        best[name] = (cpu_us, per_s)
+
+
+def measure(url: str, calls: int, rounds: int) -> Best:
     client = redis.Redis.from_url(url)
     sha = client.script_load("return 0")
     timed = ways(client, sha)
-    best: dict[str, tuple[float, float]] = {}
+    best: Best = {}
     for _ in range(rounds):
         for name, call in timed.items():
             call()  # connects, warms up
             started_cpu, started = time.thread_time(), time.perf_counter()
             for _ in range(calls):
                 call()
-            cpu_us = (time.thread_time() - started_cpu) / calls * 1e6
-            per_s = calls / (time.perf_counter() - started)
-            if name not in best or cpu_us < best[name][0]:
-                best[name] = (cpu_us, per_s)
+            keep_best(best, name, calls, started_cpu, started)
     client.close()
-    return {name: {"client_cpu_us": cpu, "calls_per_s": rate} for name, (cpu, rate) in best.items()}
+    return best
+
+
+async def measure_async(url: str, calls: int, rounds: int) -> Best:
+    client = aredis.Redis.from_url(url)
+    sha = await client.script_load("return 0")
+    timed = async_ways(client, sha)
+    best: Best = {}
+    for _ in range(rounds):
+        for name, call in timed.items():
+            await call()  # connects, warms up
+            started_cpu, started = time.thread_time(), time.perf_counter()
+            for _ in range(calls):
+                await call()
+            keep_best(best, name, calls, started_cpu, started)
+    await client.aclose()
+    return best
+
+
+def measured(url: str, args: argparse.Namespace) -> Best:
+    if args.asyncio:
+        return asyncio.run(measure_async(url, args.calls, args.rounds))
+    return measure(url, args.calls, args.rounds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,27 +134,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--url", help="a Redis URL instead of a private redis-server")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument(
+        "--asyncio", action="store_true", help="time the async producer's ways instead"
+    )
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")
     load_before = os.getloadavg()[0]
     if args.url:
-        results = measure(args.url, args.calls, args.rounds)
+        best = measured(args.url, args)
     else:
         with (
             tempfile.TemporaryDirectory(prefix="redelay-calls-") as directory,
             RedisProcess(directory) as server,
         ):
-            results = measure(server.url, args.calls, args.rounds)
+            best = measured(server.url, args)
+    results = {
+        name: {"client_cpu_us": cpu, "calls_per_s": rate} for name, (cpu, rate) in best.items()
+    }
     load_after = os.getloadavg()[0]
     if args.json:
         report = {"results": results, "load_before": load_before, "load_after": load_after}
         json.dump(report, sys.stdout)
         print()
         return 0
-    print(f"{'way':34} {'client CPU per call':>20} {'calls/s':>10}")
+    print(f"{'way':38} {'client CPU per call':>20} {'calls/s':>10}")
     for name, row in results.items():
-        print(f"{name:34} {row['client_cpu_us']:17.1f} µs {row['calls_per_s']:10,.0f}")
+        print(f"{name:38} {row['client_cpu_us']:17.1f} µs {row['calls_per_s']:10,.0f}")
     print(f"load average: {load_before:.2f} before, {load_after:.2f} after")
     return 0
 

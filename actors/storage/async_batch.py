@@ -6,7 +6,8 @@ connection). Single calls from concurrent tasks are *coalesced*: a call made whi
 pipeline is on the wire waits for it, then goes out with every call queued meanwhile, in one
 pipeline. A hundred tasks adding at once thus cost a few writes and reads instead of a hundred
 of each; a lone call goes out at once. Each call keeps its own reply or error: coalescing joins
-no scripts, only their trip over the network.
+no scripts, only their trip over the network. On a plain client (not Sentinel's) the pipelines
+go out on connections held out of the client's pool (async_held_connections.py).
 
 Redis Cluster: each call goes through the cluster client, which routes it by its first key and
 follows MOVED and ASK; the calls of one operation run concurrently.
@@ -18,9 +19,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from actors.errors import ConfigError
+from actors.storage.async_held_connections import AsyncHeldConnections, async_holdable
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import ScriptCall
 from actors.storage.script_batch import WaitFor
@@ -44,6 +47,12 @@ class AsyncScriptBatch:
         self._shas = shas()
         self._queued: list[Queued] = []
         self._sender: asyncio.Task[None] | None = None
+        # Pipelines on a client of one server go out on connections held out of its pool.
+        self._held = (
+            AsyncHeldConnections(client)
+            if isinstance(client, aredis.Redis) and async_holdable(client)
+            else None
+        )
 
     async def run(
         self, script_calls: Sequence[ScriptCall], wait: WaitFor | None = None
@@ -103,9 +112,35 @@ class AsyncScriptBatch:
         return await self._evalsha(call)
 
     async def _evalsha(self, call: ScriptCall) -> Any:
-        return await self.client.execute_command(
-            "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
+        return await self.client.execute_command(*self._evalsha_command(call))
+
+    def _evalsha_command(self, call: ScriptCall) -> tuple[Any, ...]:
+        return ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
+
+    async def _send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The commands' replies, error replies in place, sent together in one write."""
+        if self._held is not None:
+            return await self._held.pipeline(commands)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
+    async def _load(self, names: set[str]) -> None:
+        """Loads the scripts again: on held connections in one pipeline (the pool would open a
+        connection beside the held one), else one at a time through the client."""
+        if self._held is None:
+            for name in names:
+                await self.client.script_load(self._sources[name][1])
+            return
+        _raise_first_error(
+            await self._send([("SCRIPT", "LOAD", self._sources[n][1]) for n in names])
         )
+
+    async def close(self) -> None:
+        """Gives the held connections back to the client's pool (the client stays open)."""
+        if self._held is not None:
+            await self._held.close()
 
     async def _pipelined(
         self, script_calls: Sequence[ScriptCall], wait: WaitFor | None
@@ -115,15 +150,10 @@ class AsyncScriptBatch:
         pending = list(range(len(script_calls)))
         acked: int | None = None
         for _ in range(_SCRIPT_ATTEMPTS):
-            async with self.client.pipeline(transaction=False) as pipe:
-                for n in pending:
-                    call = script_calls[n]
-                    pipe.execute_command(
-                        "EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args
-                    )
-                if wait is not None:
-                    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
-                results = list(await pipe.execute(raise_on_error=False))
+            commands = [self._evalsha_command(script_calls[n]) for n in pending]
+            if wait is not None:
+                commands.append(("WAIT", wait.replicas, wait.timeout_ms))
+            results = await self._send(commands)
             replicas = None if wait is None else results.pop()
             if isinstance(replicas, Exception):
                 raise replicas
@@ -137,8 +167,7 @@ class AsyncScriptBatch:
                 acked = int(replicas) if acked is None else min(acked, int(replicas))
             if not retry:
                 return replies, acked
-            for name in {script_calls[n].name for n in retry}:
-                await self.client.script_load(self._sources[name][1])
+            await self._load({script_calls[n].name for n in retry})
             pending = retry
         raise NoScriptError(f"{len(pending)} script calls were refused NOSCRIPT after loading")
 

@@ -122,6 +122,11 @@ class AsyncStore(ShardPlan):
         self.client = client
         self._batch = AsyncScriptBatch(client)
 
+    async def close(self) -> None:
+        """Gives the connections the script calls held back to the client's pool; the client
+        stays open (its owner closes it)."""
+        await self._batch.close()
+
     async def _run(self, shard_calls: dict[int, ScriptCall]) -> dict[int, Any]:
         replies, _ = await self._batch.run(list(shard_calls.values()))
         return dict(zip(shard_calls, replies, strict=True))

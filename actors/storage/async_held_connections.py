@@ -39,6 +39,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ResponseError
 
+from actors.storage.held_connections import IDLE_MAX
+
 
 class AsyncHeldConnection(Protocol):
     """The part of redis.asyncio's ``Connection`` used here (unannotated in redis-py)."""
@@ -105,7 +107,10 @@ class AsyncHeldConnections:
             await connection.disconnect(nowait=True)
             raise
         finally:
-            self._idle.append(connection)
+            if len(self._idle) < IDLE_MAX:
+                self._idle.append(connection)
+            else:  # as many set aside as the sync side keeps: the pool has it back
+                await self._pool.release(connection)
 
     async def close(self) -> None:
         """Gives the held connections back to the client's pool; later calls take them again."""

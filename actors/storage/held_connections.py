@@ -16,8 +16,11 @@ waiting on an idle connection means its server closed it or a reply was left unr
 is made here when a held connection is taken again.
 
 Connections come from the client's own pool, so its ``max_connections`` still bounds them, and go
-back to it when this object is closed or collected. Held connections are never shared: a call
-takes one from the idle list (or the pool) and puts it back when its replies are read.
+back to it when this object is closed or collected. At most :data:`IDLE_MAX` are kept idle here;
+a call that finds more idle gives its connection back to the pool at once, so the pool's other
+commands (reads, INFO, heartbeats) never find more than that many connections set aside. Held
+connections are never shared: a call takes one from the idle list (or the pool) and puts it back
+when its replies are read.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ class HeldConnection(Protocol):
     def read_response(self) -> Any: ...
     def can_read(self) -> bool: ...
     def disconnect(self) -> None: ...
+
+
+# Idle connections kept out of the pool: one per thread that makes script calls at once in a
+# worker (listener and pool per topic, carrier, sweeper), and a few producer threads.
+IDLE_MAX = 8
 
 
 def holdable(client: object) -> bool:
@@ -96,7 +104,7 @@ class HeldConnections:
             connection.disconnect()  # interrupted mid-reply, or out of retries: start clean
             raise
         finally:
-            self._idle.append(connection)
+            self._give_back_one(connection)
 
     def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Every command's reply in order, sent together; error replies are returned in place
@@ -112,11 +120,17 @@ class HeldConnections:
             connection.disconnect()
             raise
         finally:
-            self._idle.append(connection)
+            self._give_back_one(connection)
 
     def close(self) -> None:
         """Gives the held connections back to the client's pool; later calls take them again."""
         _give_back(self._pool, self._idle, self._pid)
+
+    def _give_back_one(self, connection: HeldConnection) -> None:
+        if len(self._idle) < IDLE_MAX:
+            self._idle.append(connection)
+        else:
+            self._pool.release(cast(Any, connection))
 
     def _take(self) -> HeldConnection:
         if self._pid[0] != os.getpid():

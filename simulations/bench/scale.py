@@ -10,6 +10,7 @@ rest of the bench is (Redis on core 1, every client on core 0; simulations/bench
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,24 +53,21 @@ def _failed(exc: BaseException, command: str) -> dict[str, Any]:
 def run_pending_scale(mode: str, seed: int, code_dir: Path | None) -> dict[str, Any]:
     """pending_scale's result (settings, one record per N, the comparison) plus the command
     that repeats it alone; on a failure, why, so the rest of the run still gets written."""
-    command = pending_command(mode)
     args = pending_scale.parse_args([*PENDING_ARGS[mode].split(), "--seed", str(seed)])
-    started = time.monotonic()
-    try:
-        result = pending_scale.measure(args, code_dir)
-    except FAILURES as exc:
-        return _failed(exc, command)
-    return {**result, "command": command, "wall_s": round(time.monotonic() - started, 1)}
+    return _timed(lambda: pending_scale.measure(args, code_dir), pending_command(mode))
 
 
 def run_worker_scale(mode: str, code_dir: Path | None) -> dict[str, Any]:
     """worker_scale's result (settings, every run, the summary per worker count) plus the
     command that repeats it alone; on a failure, why."""
-    command = worker_command(mode)
     args = worker_scale.parse_args(WORKER_ARGS[mode].split())
+    return _timed(lambda: worker_scale.measure(args, code_dir), worker_command(mode))
+
+
+def _timed(measure: Callable[[], dict[str, Any]], command: str) -> dict[str, Any]:
     started = time.monotonic()
     try:
-        result = worker_scale.measure(args, code_dir)
+        result = measure()
     except FAILURES as exc:
         return _failed(exc, command)
     return {**result, "command": command, "wall_s": round(time.monotonic() - started, 1)}

@@ -145,6 +145,9 @@ def kill_worker(queue: DelayQueue) -> list[str]:
         with contextlib.suppress(pykka.ActorDeadError):
             system.coordinator.stop(block=False)
     system.notifier.stop()
+    # A killed process beats no more; its heartbeat expires by itself. Left running, this
+    # thread would go on writing to Redis for as long as the test process lives.
+    system.heartbeat.stop(forget=False)
     queue._system = None
     pool = getattr(queue.client, "connection_pool", None)
     if pool is not None:

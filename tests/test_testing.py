@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from _actor_support import stop_actors  # noqa: F401  (fixture)
 
+from actors import DelayQueue, testing
 from actors.server.embedded import RedisProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +68,24 @@ def test_the_simulators_use_no_private_name_of_the_package() -> None:
 )
 def test_the_private_name_check_can_fail(line: str) -> None:
     assert PRIVATE.search(line)
+
+
+@pytest.mark.usefixtures("stop_actors")
+def test_a_killed_worker_beats_no_more_and_its_heartbeat_is_left_to_expire(
+    redis_server: RedisProcess,
+) -> None:
+    queue = DelayQueue(redis_server.url, namespace="killed-heartbeat")
+    queue.handler("mail")(lambda job: None)
+    queue.start()
+    system = testing.actor_system(queue)
+    assert system is not None
+    beating = system.heartbeat._thread  # this queue's own: other tests' queues have one too
+    assert beating is not None and beating.is_alive()
+    name = next(iter(queue.workers()))
+    testing.kill_worker(queue)
+    assert not beating.is_alive()  # a killed process's threads are gone, this one too
+    # Not forgotten: like a SIGKILLed worker's, the heartbeat expires by its TTL.
+    survivor = DelayQueue(redis_server.url, namespace="killed-heartbeat", producer_only=True)
+    assert name in survivor.workers()
+    survivor.close()
+    queue.close()

@@ -86,11 +86,14 @@ class Heartbeat:
         while not self._stop.wait(self.interval_ms / 1000):
             self.beat_once()
 
-    def stop(self) -> None:
-        """Stops beating and removes the heartbeat, so a cleanly stopped worker leaves at once."""
+    def stop(self, *, forget: bool = True) -> None:
+        """Stops beating and removes the heartbeat, so a cleanly stopped worker leaves at once.
+        ``forget=False`` leaves it to expire, as a killed process's does (actors.testing)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if not forget:
+            return
         try:
             heartbeats.forget(self.store.client, self.store.namespace, self.name)
         except redis.RedisError as exc:  # it expires by itself

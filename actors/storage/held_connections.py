@@ -2,9 +2,9 @@
 
 redis-py 8 spends most of a command's client CPU around the socket rather than on it: taking a
 connection from the pool and giving it back (a lock, a readiness poll, observability counters on
-both ends), deprecation and observability wrappers, response callbacks. On the 2-core machine of
-docs/benchmarks.md an EVALSHA through ``Redis.execute_command`` cost 99.5 µs of client CPU and
-the same EVALSHA on a held connection 45.8 µs; a pipeline of two 133 µs against 65 µs
+both ends), deprecation and observability wrappers, response callbacks. On an idle 2-core machine
+an EVALSHA through ``Redis.execute_command`` cost 100.6 µs of client CPU and the same EVALSHA on
+a held connection 42.6 µs; a pipeline of two 137.0 µs against 51.4 µs
 (``python -m simulations.call_overhead``). Every add, lease and ack pays that once per round trip.
 
 What stays redis-py's: its ``Connection`` connects (auth, TLS, Unix sockets, a sentinel's current

@@ -6,9 +6,9 @@ pure Python (hiredis is used to parse, never to pack), and a pipeline takes a co
 pool and gives it back (a lock, a readiness check, observability counters awaited on both ends),
 wraps the whole in a retry with observability callbacks and runs every reply through the
 client's parser. Here the commands are packed by hiredis and written with one
-``send_packed_command``, and the connection stays out of the pool between calls. On the 2-core
-machine of docs/benchmarks.md (load average 2.2) a pipeline of two EVALSHA cost 514 µs of client
-CPU through redis.asyncio and 185 µs here (``python -m simulations.call_overhead --asyncio``).
+``send_packed_command``, and the connection stays out of the pool between calls. On an idle
+2-core machine a pipeline of two EVALSHA cost 429.4 µs of client CPU through redis.asyncio and
+188.6 µs here (``python -m simulations.call_overhead --asyncio``).
 
 What stays redis-py's: its ``Connection`` connects (auth, TLS, Unix sockets), parses with hiredis,
 disconnects itself when a read or write fails, and its ``Retry`` decides, as it does for
@@ -39,7 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ResponseError
 
-from actors.storage.held_connections import IDLE_MAX
+from actors.storage.held_connections import IDLE_MAX, plain_replies
 
 
 class AsyncHeldConnection(Protocol):
@@ -75,12 +75,7 @@ def async_holdable(client: object) -> bool:
     pool = client.connection_pool
     if not isinstance(pool, ConnectionPool) or isinstance(pool, SentinelConnectionPool):
         return False
-    if getattr(pool, "cache", None) is not None:
-        return False
-    kwargs = pool.connection_kwargs
-    # hiredis packs text as UTF-8, redis-py in the client's encoding.
-    utf8 = kwargs.get("encoding", "utf-8").replace("_", "-").lower() in ("utf-8", "utf8")
-    return utf8 and kwargs.get("protocol") in (None, 2, "2")
+    return plain_replies(pool)
 
 
 class AsyncHeldConnections:

@@ -62,10 +62,17 @@ def holdable(client: object) -> bool:
     if type(client) is not redis.Redis or client.connection is not None:
         return False
     pool = client.connection_pool
-    if not isinstance(pool, ConnectionPool) or getattr(pool, "cache", None) is not None:
+    return isinstance(pool, ConnectionPool) and plain_replies(pool)
+
+
+def plain_replies(pool: Any) -> bool:
+    """Whether a pool's connections read plain replies in order and send text as hiredis packs
+    it: no client-side cache (it must see the replies), RESP2 (RESP3 may put push messages
+    between replies), UTF-8 (hiredis packs text as UTF-8, redis-py in the client's encoding).
+    Shared with the async twin, whose pools take the same settings."""
+    if getattr(pool, "cache", None) is not None:
         return False
     kwargs = pool.connection_kwargs
-    # hiredis packs text as UTF-8, redis-py in the client's encoding.
     utf8 = kwargs.get("encoding", "utf-8").replace("_", "-").lower() in ("utf-8", "utf8")
     return utf8 and kwargs.get("protocol") in (None, 2, "2")
 

@@ -8,13 +8,17 @@ runner and a worker talk through files next to ``out_path``:
   keep up added fewer than planned);
 - ``<out>.dump`` asks for the results so far (when not every job arrived in time);
 - ``<out>.stop`` ends the process at once (so a profiler wrapped around it writes its output).
-The dump watcher starts in the process that delivers the first job: Celery's prefork pool runs
-handlers in a child process, whose recorder is a copy made at fork time.
+Celery's prefork pool and RQ's worker pool run handlers in child processes forked from the worker:
+the recorder keeps its state in shared memory so every child counts into the same figures, a dump
+watcher starts in every process that delivers, and a stop watcher in every process forked after
+``ready()``.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import multiprocessing
 import os
 import threading
 import time
@@ -33,25 +37,38 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(temporary, path)
 
 
+# Slots of the shared counters (doubles): what every process that delivers adds to.
+_DELIVERED, _DUPLICATES, _UNKNOWN, _FIRST_MS, _LAST_MS, _EXPECTED, _WRITTEN = range(7)
+
+
 class Recorder:
-    """Called by a system's handler on every delivery (from any thread).
+    """Called by a system's handler on every delivery (from any thread, and from any process
+    forked from the worker after the recorder was made).
 
     Lateness is delivery time minus the due time in the body, in ms, on this machine's clock.
+    Its state lives in anonymous shared memory (``mmap``, inherited across ``fork``) under a
+    process-shared lock, so a system whose handlers run in several child processes (Celery's
+    prefork pool, RQ's worker pool) counts every delivery once, in one place, whichever child
+    made it.
     """
 
     def __init__(self, expected: int, out_path: Path, ready_path: Path) -> None:
-        self.expected = expected
         self.out_path = out_path
         self.ready_path = ready_path
-        self._lock = threading.Lock()
-        self._seen = bytearray(expected)
-        self._lateness_ms: list[float] = []
-        self.duplicates = 0
-        self.unknown = 0
-        self.first_ms: float | None = None
-        self.last_ms: float | None = None
-        self._written = False
+        self._lock = multiprocessing.get_context("fork").Lock()
+        self._seen_map = mmap.mmap(-1, max(expected, 1))
+        self._lateness_map = mmap.mmap(-1, 8 * max(expected, 1))
+        self._counters_map = mmap.mmap(-1, 8 * 7)
+        self._seen = memoryview(self._seen_map)
+        self._lateness_ms = memoryview(self._lateness_map).cast("d")
+        self._counters = memoryview(self._counters_map).cast("d")
+        self._capacity = expected
+        self._counters[_EXPECTED] = expected
         self._dump_watcher_pid: int | None = None
+
+    @property
+    def expected(self) -> int:
+        return int(self._counters[_EXPECTED])
 
     def _sibling(self, suffix: str) -> Path:
         return self.out_path.with_name(self.out_path.name + suffix)
@@ -61,7 +78,10 @@ class Recorder:
         write_json_atomic(
             self.ready_path, {"pid": os.getpid(), "cpu_ms": cpu_ms(), "at_ms": now_ms(), **details}
         )
-        threading.Thread(target=self._watch_stop, name="bench-stop", daemon=True).start()
+        self._start_stop_watcher()
+        # A child forked later (a pool's worker process) ends on the same request: threads do
+        # not survive fork, and a child left running would keep working after the runner moved on.
+        os.register_at_fork(after_in_child=self._start_stop_watcher)
         go = self._sibling(".go")
         while not go.exists():
             time.sleep(WATCH_INTERVAL_S / 4)
@@ -69,53 +89,61 @@ class Recorder:
     def delivered(self, body: Mapping[str, Any]) -> None:
         at_ms = now_ms()
         seq, due_ms = int(body["seq"]), int(body["due_ms"])
+        counters = self._counters
         with self._lock:
-            if not 0 <= seq < len(self._seen):
-                self.unknown += 1
+            if not 0 <= seq < self._capacity:
+                counters[_UNKNOWN] += 1
                 return
             if self._seen[seq]:
-                self.duplicates += 1
+                counters[_DUPLICATES] += 1
                 return
             self._seen[seq] = 1
             if self._dump_watcher_pid != os.getpid():
                 self._dump_watcher_pid = os.getpid()
                 threading.Thread(target=self._watch_dump, name="bench-dump", daemon=True).start()
-            self._lateness_ms.append(at_ms - due_ms)
-            if self.first_ms is None:
-                self.first_ms = at_ms
-            self.last_ms = at_ms
-            done = len(self._lateness_ms) >= self.expected
+            count = int(counters[_DELIVERED])
+            self._lateness_ms[count] = at_ms - due_ms
+            counters[_DELIVERED] = count + 1
+            if count == 0:
+                counters[_FIRST_MS] = at_ms
+            counters[_LAST_MS] = at_ms
+            done = count + 1 >= counters[_EXPECTED]
         if done:
             self.write()
 
     def write(self) -> None:
+        counters = self._counters
         with self._lock:
-            if self._written:
+            if counters[_WRITTEN]:
                 return
-            self._written = True
+            counters[_WRITTEN] = 1
+            count = int(counters[_DELIVERED])
             data = {
-                "delivered": len(self._lateness_ms),
+                "delivered": count,
                 "expected": self.expected,
-                "duplicates": self.duplicates,
-                "unknown": self.unknown,
-                "first_ms": self.first_ms,
-                "last_ms": self.last_ms,
+                "duplicates": int(counters[_DUPLICATES]),
+                "unknown": int(counters[_UNKNOWN]),
+                "first_ms": counters[_FIRST_MS] if count else None,
+                "last_ms": counters[_LAST_MS] if count else None,
                 "cpu_ms": cpu_ms(),
-                "lateness_ms": [round(x, 3) for x in self._lateness_ms],
+                "lateness_ms": [round(x, 3) for x in self._lateness_ms[:count]],
             }
         write_json_atomic(self.out_path, data)
 
     def _watch_dump(self) -> None:
         dump, expect = self._sibling(".dump"), self._sibling(".expect")
-        while not dump.exists():
+        while not dump.exists() and not self._counters[_WRITTEN]:
             if expect.exists() and self.expected > int(expect.read_text() or self.expected):
                 with self._lock:
-                    self.expected = int(expect.read_text())
-                    done = len(self._lateness_ms) >= self.expected
+                    self._counters[_EXPECTED] = int(expect.read_text())
+                    done = self._counters[_DELIVERED] >= self._counters[_EXPECTED]
                 if done:
                     break
             time.sleep(WATCH_INTERVAL_S)
         self.write()
+
+    def _start_stop_watcher(self) -> None:
+        threading.Thread(target=self._watch_stop, name="bench-stop", daemon=True).start()
 
     def _watch_stop(self) -> None:
         stop = self._sibling(".stop")

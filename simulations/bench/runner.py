@@ -86,10 +86,11 @@ class Agent:
             self.request("stop")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=STOP_GRACE_S)
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)  # the group we started for it
-            self.process.wait(timeout=30)
+        # The group we started for it, whether or not its leader is still alive: a pool's child
+        # that outlived it would keep taking CPU (and jobs) into the next scenario.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
         if self.profiler is not None:  # it writes its output once the process it watched ends
             self.profiler.wait(timeout=60)
 

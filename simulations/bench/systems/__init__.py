@@ -127,9 +127,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
 
 
 # The systems again, set for throughput as their own documentation advises. The agent module is
-# the same; it reads AgentSpec.tuned. RQ and Celery are missing: both scale by worker processes
-# (rq worker-pool, Celery's prefork children), and a handler in another process would count into
-# its own copy of the Recorder; they need a recorder shared across processes first.
+# the same; it reads AgentSpec.tuned. RQ and Celery scale by worker processes (rq worker-pool,
+# Celery's prefork children): their handlers record into the Recorder's shared memory.
 def _tuned(name: str, config: str) -> SystemInfo:
     """The twin of the default entry ``name``: same agent, packages and batch API."""
     base = next(s for s in _AT_DEFAULTS if s.name == name)
@@ -151,7 +150,18 @@ _TUNED: tuple[SystemInfo, ...] = (
         "dramatiq",
         "Worker with 64 threads (Dramatiq's docs: raise worker_threads for I/O-bound actors).",
     ),
+    _tuned(
+        "rq",
+        "WorkerPool of 4 SimpleWorkers, each its own process (RQ's docs: `rq worker-pool -n N` "
+        "to run several workers on one machine); the rest as rq.",
+    ),
     _tuned("saq", "Worker concurrency 100 (SAQ's docs: the number of jobs run at once)."),
+    _tuned(
+        "celery",
+        "Prefork pool with 4 children and worker_prefetch_multiplier 64 (Celery's docs: more "
+        "pool processes for throughput, and a prefetch multiplier of 64 or 128 for many short "
+        "tasks); the rest as celery.",
+    ),
     _tuned(
         "bullmq",
         "Worker concurrency 100 (BullMQ's docs: raise concurrency for I/O-bound processors).",

@@ -1,4 +1,5 @@
-"""RQ: a SimpleWorker (no fork per job) with RQ's scheduler for delayed jobs.
+"""RQ: a SimpleWorker (no fork per job) with RQ's scheduler for delayed jobs; tuned, a
+WorkerPool of ``TUNED_WORKERS`` such workers, each its own forked process.
 
 Due-now jobs go straight to the queue (enqueue / enqueue_many); later ones to the scheduled job
 registry (enqueue_at), which the scheduler process moves to the queue once a second.
@@ -12,12 +13,16 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
+from rq.worker_pool import WorkerPool
 
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive, now_ms
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
 
 BATCH_API: str | None = "enqueue_many / enqueue_at on one pipeline"
+# RQ's docs scale a queue by worker processes: `rq worker-pool -n N` (WorkerPool). Each forked
+# worker records into the Recorder, whose state is shared across fork.
+TUNED_WORKERS = 4
 _recorder: Recorder | None = None
 
 
@@ -72,6 +77,13 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     _recorder = recorder
     connection = redis.Redis(unix_socket_path=spec.socket_path)
     queue = Queue(QUEUE_NAME, connection=connection)
+    if spec.tuned:
+        pool = WorkerPool(
+            [queue], connection=connection, num_workers=TUNED_WORKERS, worker_class=SimpleWorker
+        )
+        recorder.ready()
+        pool.start(logging_level="WARNING")  # every worker runs the scheduler's lock loop
+        return
     worker = SimpleWorker([queue], connection=connection)
     recorder.ready()
     worker.work(with_scheduler=True, logging_level="WARNING")

@@ -52,6 +52,10 @@ def test_redis_cpu_adds_and_memory_follow_their_thresholds() -> None:
     burst = {"system": "redelay", "scenario": "burst", "redis_cpu_ms_per_1k_jobs": 11.9}
     assert targets.redis_cpu([burst]).met is True
     assert targets.redis_cpu([{**burst, "redis_cpu_ms_per_1k_jobs": 27.0}]).met is False
+    tuned = {**burst, "system": "redelay-tuned", "redis_cpu_ms_per_1k_jobs": 11.0}
+    both = targets.redis_cpu([{**burst, "redis_cpu_ms_per_1k_jobs": 27.0}, tuned])
+    assert both.met is True
+    assert both.measured == "redelay 27.0 µs; redelay-tuned 11.0 µs"
     single = {"system": "redelay", "scenario": "enqueue-single", "enqueue_jobs_per_s": 6_600}
     assert targets.single_add([single]).met is False
     batch = {

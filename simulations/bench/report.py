@@ -17,7 +17,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from . import scale_report
+from . import limits_report, scale_report
 from .formatting import MISSING, duration, ms, num, table
 from .systems import SYSTEMS
 from .targets import PYTHON_PEERS, find
@@ -342,8 +342,12 @@ def versions_section(found: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def configs_section() -> str:
-    return "\n".join(f"- **{system.name}**: {system.config}" for system in SYSTEMS)
+def configs_section(records: Sequence[dict[str, Any]]) -> str:
+    """The settings of the systems this run measured (a system added since is not listed)."""
+    ran = {record["system"] for record in records}
+    return "\n".join(
+        f"- **{system.name}**: {system.config}" for system in SYSTEMS if system.name in ran
+    )
 
 
 # -- numbers quoted in the prose -----------------------------------------------------------
@@ -449,7 +453,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "skipped_section": skipped_section(results.get("skipped") or []),
         "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
         "versions_section": versions_section(results["versions"]),
-        "configs_section": configs_section(),
+        "configs_section": configs_section(records),
         "cpu": str(machine_info.get("cpu") or "unknown CPU"),
         "cores": str(machine_info.get("cores")),
         "memory_gb": num(machine_info.get("memory_gb"), 1),
@@ -533,6 +537,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "sweep_best_trips": num(best.get("redis_round_trips_per_delivered_job"), 3),
         "lateness_chart": _image(results, "lateness", "Lateness percentiles under steady load"),
         "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
+        **limits_report.values(results),
     }
 
 

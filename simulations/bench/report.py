@@ -421,6 +421,10 @@ def values(results: dict[str, Any]) -> dict[str, str]:
     add_cost = _transition(scripts, "add (100 per call)")
     add_usec = float(add_cost.get("usec_per_job") or 0)
     steady_names = [s["name"] for s in results["plan"] if s["kind"] == "steady"] or [""]
+    # The larger of the two profiled concurrencies (1,000 in runs before 2026-11-24, 100 since).
+    high_profile = max(
+        (p.get("concurrency") or 0 for p in results.get("profiles") or []), default=0
+    )
 
     def size(name: str) -> str:
         return num((plan.get(name) or {}).get("jobs"))
@@ -508,7 +512,8 @@ def values(results: dict[str, Any]) -> dict[str, str]:
             else MISSING
         ),
         "gil_low": num(_profile(results, 10).get("gil_busy_percent")),
-        "gil_high": num(_profile(results, 1_000).get("gil_busy_percent")),
+        "gil_high": num(_profile(results, high_profile).get("gil_busy_percent")),
+        "profile_high": num(high_profile),
         "steady_p50_low": ms(g("redelay", steady_names[0], "lateness_ms_p50")),
         "steady_p50_high": ms(g("redelay", steady_names[-1], "lateness_ms_p50")),
         "steady_p99_low": ms(g("redelay", steady_names[0], "lateness_ms_p99")),

@@ -14,7 +14,7 @@ from typing import Any
 
 from .formatting import MISSING, num
 from .spec import TUNED_SUFFIX
-from .targets import BULLMQ, REDELAY, find
+from .targets import BULLMQ, REDELAY, fastest_entry, find
 
 
 def _number(value: Any) -> float | None:
@@ -28,17 +28,6 @@ def _ceiling(micros: float | None) -> str:
 def _rate(records: Sequence[dict[str, Any]], system: str) -> str:
     record = find(records, system, "immediate") or {}
     return num(_number(record.get("delivered_jobs_per_s")))
-
-
-def _fastest(records: Sequence[dict[str, Any]], system: str) -> dict[str, Any]:
-    """The faster of a system's default and tuned immediate runs (the one the target judges)."""
-    found = [
-        record
-        for name in (system, system + TUNED_SUFFIX)
-        if (record := find(records, name, "immediate")) is not None
-        and _number(record.get("delivered_jobs_per_s")) is not None
-    ]
-    return max(found, key=lambda r: float(r["delivered_jobs_per_s"]), default={})
 
 
 def _less(value: float | None, part: float | None) -> float | None:
@@ -65,11 +54,19 @@ def _sides(
     }
 
 
+# A delayed job's life in "The Redis limit"'s transitions, at the batch sizes the worker uses.
+DELAYED_LIFE = (
+    "add (100 per call)",
+    "carry (1,000 per call)",
+    "lease (100 per call)",
+    "ack (100 per call)",
+)
+
+
 def _audit_usec(scripts: dict[str, Any]) -> float | None:
     """µs of Redis CPU inside the audit stream's XADDs over a delayed job's life, batched."""
-    life = ("add (100 per call)", "carry (1,000 per call)", "lease (100 per call)")
     transitions = scripts.get("transitions") or {}
-    found = [transitions[name] for name in (*life, "ack (100 per call)") if name in transitions]
+    found = [transitions[name] for name in DELAYED_LIFE if name in transitions]
     if not found:
         return None
     return sum(float((t.get("inner_usec_per_job") or {}).get("xadd") or 0) for t in found)
@@ -79,7 +76,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
     records: list[dict[str, Any]] = results["records"]
     scripts: dict[str, Any] = (results.get("redis_limit") or {}).get("scripts") or {}
     transitions: dict[str, Any] = scripts.get("transitions") or {}
-    best = _fastest(records, REDELAY)
+    best = fastest_entry(records, REDELAY) or {}
     single = find(records, REDELAY, "enqueue-single") or {}
     batch = find(records, REDELAY, "enqueue-batch") or {}
     one_add = _number((transitions.get("add (1 job per call)") or {}).get("usec_per_call"))
@@ -96,9 +93,6 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         **_sides(best, "best_own", batch),
         **_sides(find(records, REDELAY + "-store", "immediate"), "store", batch),
         "audit_xadd_usec": num(audit, 1),
-        "carry_usec": num(
-            _number((transitions.get("carry (1,000 per call)") or {}).get("usec_per_job")), 1
-        ),
         "one_add_script_usec": num(one_add, 1),
         "one_add_redis_usec": num(single_redis, 1),
         "one_add_client_usec": num(single_client, 1),

@@ -375,9 +375,8 @@ def fastest_peer(records: Sequence[dict[str, Any]]) -> tuple[str, float]:
 
 def _lua_share(scripts: dict[str, Any]) -> str:
     """Share of the scripts' time over a delayed job's life spent outside Redis commands."""
-    life = ("add (100 per call)", "carry (1,000 per call)", "lease (100 per call)")
     transitions = scripts.get("transitions") or {}
-    names = [n for n in (*life, "ack (100 per call)") if n in transitions]
+    names = [n for n in limits_report.DELAYED_LIFE if n in transitions]
     total = sum(float(transitions[n]["usec_per_job"]) for n in names)
     inner = sum(sum((transitions[n].get("inner_usec_per_job") or {}).values()) for n in names)
     return num(100 * (total - inner) / total) if total else MISSING
@@ -498,6 +497,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "memory_with": num(g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job")),
         "batch_enqueue": num(g("redelay", "enqueue-batch", "enqueue_jobs_per_s")),
         "lua_share": _lua_share(scripts),
+        "carry_usec": num(_transition(scripts, "carry (1,000 per call)").get("usec_per_job"), 1),
         "lease_usec": num(_transition(scripts, "lease (100 per call)").get("usec_per_job"), 1),
         "ack_usec": num(_transition(scripts, "ack (100 per call)").get("usec_per_job"), 1),
         "add_ceiling": num(1e6 / add_usec) if add_usec else MISSING,

@@ -44,16 +44,21 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _best_rate(records: Sequence[dict[str, Any]], system: str) -> tuple[str, float] | None:
-    """The faster of a system's default and tuned entries on the immediate scenario: each side
+def fastest_entry(records: Sequence[dict[str, Any]], system: str) -> dict[str, Any] | None:
+    """The faster of a system's default and tuned records on the immediate scenario: each side
     is judged at its best, as its own docs advise tuning it."""
-    rates = [
-        (name, rate)
+    found = [
+        record
         for name in (system, system + TUNED_SUFFIX)
         if (record := find(records, name, "immediate")) is not None
-        and (rate := _number(record.get("delivered_jobs_per_s"))) is not None
+        and _number(record.get("delivered_jobs_per_s")) is not None
     ]
-    return max(rates, key=lambda item: item[1]) if rates else None
+    return max(found, key=lambda r: float(r["delivered_jobs_per_s"]), default=None)
+
+
+def _best_rate(records: Sequence[dict[str, Any]], system: str) -> tuple[str, float] | None:
+    record = fastest_entry(records, system)
+    return (record["system"], float(record["delivered_jobs_per_s"])) if record else None
 
 
 def delivered(records: Sequence[dict[str, Any]]) -> Verdict:

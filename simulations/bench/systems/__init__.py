@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 
 from ..spec import TUNED_SUFFIX
+from . import tuning as t
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
         "redelay",
         "redelay_queue",
         ("redelay", "redis", "pykka"),
-        "DelayQueue with one handler (concurrency 10), default settings: audit stream on "
+        f"DelayQueue with one handler (concurrency {t.REDELAY_CONCURRENCY}), default settings: "
+        "audit stream on "
         "(MAXLEN ~1,000,000), RedisSyncedClock, default lease and retry schedule.",
         "add_many: one Lua call per batch",
     ),
@@ -74,7 +76,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
         "arq",
         "peer_arq",
         ("arq", "redis", "hiredis"),
-        "Worker defaults (max_jobs 10, poll_delay 0.5 s, keep_result 3600 s); async handler; "
+        f"Worker defaults (max_jobs {t.ARQ_MAX_JOBS}, poll_delay 0.5 s, keep_result 3600 s); "
+        "async handler; "
         "delays with _defer_until. The worker reads at most queue_read_limit job ids (default "
         "max(5 x max_jobs, 100) = 100) per poll, one poll per poll_delay: 100 / 0.5 s = 200 jobs/s "
         "is its ceiling with these defaults (arq-tuned raises max_jobs).",
@@ -94,7 +97,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
         "dramatiq",
         "peer_dramatiq",
         ("dramatiq", "redis"),
-        "RedisBroker, Worker with the default 8 threads and default middleware; max_retries=0; "
+        f"RedisBroker, Worker with the default {t.DRAMATIQ_THREADS} threads and default "
+        "middleware; max_retries=0; "
         "delays with send_with_options(delay=ms) (the worker holds due-later messages in memory).",
         None,
     ),
@@ -102,7 +106,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
         "saq",
         "peer_saq",
         ("saq", "redis"),
-        "Worker defaults (concurrency 10, schedule poll every 1 s); delays with scheduled= "
+        f"Worker defaults (concurrency {t.SAQ_CONCURRENCY}, schedule poll every 1 s); delays with "
+        "scheduled= "
         "(whole epoch seconds, rounded up so no job is due early).",
         None,
     ),
@@ -110,7 +115,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
         "celery",
         "peer_celery",
         ("celery", "kombu", "redis"),
-        "Redis broker, default prefork pool with one child (concurrency 1), task_ignore_result, "
+        f"Redis broker, default prefork pool with one child (concurrency {t.CELERY_CHILDREN}), "
+        "task_ignore_result, "
         "no heartbeat/mingle/gossip; delays with eta (countdown): the worker holds ETA tasks in "
         "its memory until due (and Redis in its unacked hash).",
         None,
@@ -119,7 +125,8 @@ _AT_DEFAULTS: tuple[SystemInfo, ...] = (
         "bullmq",
         None,
         (),
-        "Node.js; Worker concurrency 10, removeOnComplete; delays with the delay option; "
+        f"Node.js; Worker concurrency {t.BULLMQ_CONCURRENCY}, removeOnComplete; delays with the "
+        "delay option; "
         "ioredis with maxRetriesPerRequest null as the docs require for workers.",
         "addBulk: one MULTI of Lua calls",
     ),
@@ -138,33 +145,42 @@ def _tuned(name: str, config: str) -> SystemInfo:
 _TUNED: tuple[SystemInfo, ...] = (
     _tuned(
         "redelay",
-        "As redelay, with handler concurrency 100 and prefetch 400 (docs/scaling.md, tuning a "
+        f"As redelay, with handler concurrency {t.REDELAY_TUNED_CONCURRENCY} and prefetch "
+        f"{t.REDELAY_TUNED_PREFETCH} (docs/scaling.md, tuning a "
         "handler for throughput: concurrency for I/O-bound handlers, prefetch for short ones).",
     ),
     _tuned(
         "arq",
-        "max_jobs 100 (arq's docs: the number of jobs run concurrently), so queue_read_limit "
-        "follows at 500; other settings default.",
+        f"max_jobs {t.ARQ_TUNED_MAX_JOBS} (arq's docs: the number of jobs run concurrently), so "
+        f"queue_read_limit follows at {max(5 * t.ARQ_TUNED_MAX_JOBS, 100)}; other settings "
+        "default.",
     ),
     _tuned(
         "dramatiq",
-        "Worker with 64 threads (Dramatiq's docs: raise worker_threads for I/O-bound actors).",
+        f"Worker with {t.DRAMATIQ_TUNED_THREADS} threads (Dramatiq's docs: raise worker_threads "
+        "for I/O-bound actors).",
     ),
     _tuned(
         "rq",
-        "WorkerPool of 4 SimpleWorkers, each its own process (RQ's docs: `rq worker-pool -n N` "
-        "to run several workers on one machine); the rest as rq.",
+        f"WorkerPool of {t.RQ_TUNED_WORKERS} SimpleWorkers, each its own process (RQ's docs: "
+        "`rq worker-pool -n N` to run several workers on one machine); the rest as rq.",
     ),
-    _tuned("saq", "Worker concurrency 100 (SAQ's docs: the number of jobs run at once)."),
+    _tuned(
+        "saq",
+        f"Worker concurrency {t.SAQ_TUNED_CONCURRENCY} (SAQ's docs: the number of jobs run at "
+        "once).",
+    ),
     _tuned(
         "celery",
-        "Prefork pool with 4 children and worker_prefetch_multiplier 64 (Celery's docs: more "
+        f"Prefork pool with {t.CELERY_TUNED_CHILDREN} children and worker_prefetch_multiplier "
+        f"{t.CELERY_TUNED_PREFETCH_MULTIPLIER} (Celery's docs: more "
         "pool processes for throughput, and a prefetch multiplier of 64 or 128 for many short "
         "tasks); the rest as celery.",
     ),
     _tuned(
         "bullmq",
-        "Worker concurrency 100 (BullMQ's docs: raise concurrency for I/O-bound processors).",
+        f"Worker concurrency {t.BULLMQ_TUNED_CONCURRENCY} (BullMQ's docs: raise concurrency for "
+        "I/O-bound processors).",
     ),
 )
 

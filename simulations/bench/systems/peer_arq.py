@@ -18,6 +18,7 @@ from arq.worker import Worker, func
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive_async, gather_bounded, now_ms
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
+from . import tuning
 
 BATCH_API: str | None = None
 _recorder: Recorder | None = None
@@ -70,7 +71,7 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     async def run() -> None:
         worker = Worker(
             functions=[func(handle, name=QUEUE_NAME)],
-            max_jobs=100 if spec.tuned else 10,  # 10 is arq's default
+            max_jobs=tuning.ARQ_TUNED_MAX_JOBS if spec.tuned else tuning.ARQ_MAX_JOBS,
             redis_settings=settings(spec),
             handle_signals=False,
         )

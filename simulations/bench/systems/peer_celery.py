@@ -1,5 +1,5 @@
 """Celery with the Redis broker and its default prefork pool: one child process at the defaults
-the bench holds it to, ``TUNED_CHILDREN`` children with a large prefetch multiplier tuned.
+the bench holds it to; tuned, more children and a large prefetch multiplier (see tuning.py).
 
 A task with an ETA (countdown) is sent to the worker at once; the worker keeps it in memory, and
 Redis keeps it in the unacked hash, until it is due. There is no batch enqueue.
@@ -16,12 +16,9 @@ from celery import Celery
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive, now_ms
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
+from . import tuning
 
 BATCH_API: str | None = None
-# Tuned as Celery's docs advise for many short tasks: more pool processes, and a prefetch
-# multiplier of 64 or 128 ("Optimizing": short tasks want it large) instead of 4.
-TUNED_CHILDREN = 4
-TUNED_PREFETCH_MULTIPLIER = 64
 _recorder: Recorder | None = None
 
 
@@ -42,7 +39,7 @@ def app_for(spec: AgentSpec) -> tuple[Celery, Any]:
         broker_transport_options={"visibility_timeout": 3600},
     )
     if spec.tuned:
-        app.conf.worker_prefetch_multiplier = TUNED_PREFETCH_MULTIPLIER
+        app.conf.worker_prefetch_multiplier = tuning.CELERY_TUNED_PREFETCH_MULTIPLIER
     task = app.task(name=f"{QUEUE_NAME}.handle")(handle)
     return app, task
 
@@ -86,7 +83,7 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
         # ETAs fall due together ran at about 20 per second in this Celery version.
         # Each child records into the worker's Recorder, whose state is shared across fork.
         pool="prefork",
-        concurrency=TUNED_CHILDREN if spec.tuned else 1,
+        concurrency=tuning.CELERY_TUNED_CHILDREN if spec.tuned else tuning.CELERY_CHILDREN,
         loglevel="WARNING",
         quiet=True,
         without_heartbeat=True,

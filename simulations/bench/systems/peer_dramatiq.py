@@ -17,6 +17,7 @@ from dramatiq.brokers.redis import RedisBroker
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive, now_ms
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
+from . import tuning
 
 BATCH_API: str | None = None
 _recorder: Recorder | None = None
@@ -70,7 +71,8 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     global _recorder
     _recorder = recorder
     broker, _ = setup(spec)
-    worker = dramatiq.Worker(broker, worker_threads=64 if spec.tuned else 8)  # 8: the default
+    threads = tuning.DRAMATIQ_TUNED_THREADS if spec.tuned else tuning.DRAMATIQ_THREADS
+    worker = dramatiq.Worker(broker, worker_threads=threads)
     recorder.ready()
     worker.start()
     threading.Event().wait()  # the worker's threads consume until the runner stops us

@@ -1,5 +1,5 @@
 """RQ: a SimpleWorker (no fork per job) with RQ's scheduler for delayed jobs; tuned, a
-WorkerPool of ``TUNED_WORKERS`` such workers, each its own forked process.
+WorkerPool of ``tuning.RQ_TUNED_WORKERS`` such workers, each its own forked process.
 
 Due-now jobs go straight to the queue (enqueue / enqueue_many); later ones to the scheduled job
 registry (enqueue_at), which the scheduler process moves to the queue once a second.
@@ -18,11 +18,11 @@ from rq.worker_pool import WorkerPool
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive, now_ms
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
+from . import tuning
 
 BATCH_API: str | None = "enqueue_many / enqueue_at on one pipeline"
 # RQ's docs scale a queue by worker processes: `rq worker-pool -n N` (WorkerPool). Each forked
 # worker records into the Recorder, whose state is shared across fork.
-TUNED_WORKERS = 4
 _recorder: Recorder | None = None
 
 
@@ -79,7 +79,10 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     queue = Queue(QUEUE_NAME, connection=connection)
     if spec.tuned:
         pool = WorkerPool(
-            [queue], connection=connection, num_workers=TUNED_WORKERS, worker_class=SimpleWorker
+            [queue],
+            connection=connection,
+            num_workers=tuning.RQ_TUNED_WORKERS,
+            worker_class=SimpleWorker,
         )
         recorder.ready()
         pool.start(logging_level="WARNING")  # every worker runs the scheduler's lock loop

@@ -19,6 +19,7 @@ from saq.queue.redis import RedisQueue
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive_async, gather_bounded, now_ms
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
+from . import tuning
 
 BATCH_API: str | None = None
 _recorder: Recorder | None = None
@@ -71,8 +72,8 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     async def run() -> None:
         queue = queue_for(spec)
         await queue.connect()
-        # 10 is SAQ's default concurrency; tuned runs 100 jobs at once.
-        worker = Worker(queue, functions=[handle], concurrency=100 if spec.tuned else 10)
+        concurrency = tuning.SAQ_TUNED_CONCURRENCY if spec.tuned else tuning.SAQ_CONCURRENCY
+        worker = Worker(queue, functions=[handle], concurrency=concurrency)
         recorder.ready()
         await worker.start()
 

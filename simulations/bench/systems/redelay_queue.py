@@ -11,16 +11,13 @@ from actors import DelayQueue, Job
 from ..jobs import BenchJob, DueTimes, ProduceResult, drive
 from ..recorder import Recorder
 from ..spec import QUEUE_NAME, AgentSpec
+from . import tuning
 
 BATCH_API: str | None = "add_many: one Lua call per batch"
 NAMESPACE = "bench"
 # The in-process concurrency arq, SAQ and BullMQ get here too; BENCH_REDELAY_CONCURRENCY
 # overrides it for experiments (docs/benchmarks.md reports the default run).
-CONCURRENCY = int(os.environ.get("BENCH_REDELAY_CONCURRENCY", "10"))
-# redelay-tuned: what docs/scaling.md ("Tuning a handler for throughput") advises for I/O-bound
-# handlers, and for short ones, prefetch.
-TUNED_CONCURRENCY = 100
-TUNED_PREFETCH = 400
+CONCURRENCY = int(os.environ.get("BENCH_REDELAY_CONCURRENCY", str(tuning.REDELAY_CONCURRENCY)))
 
 
 class Producer:
@@ -54,8 +51,8 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
 
     @queue.handler(
         QUEUE_NAME,
-        concurrency=TUNED_CONCURRENCY if spec.tuned else CONCURRENCY,
-        prefetch=TUNED_PREFETCH if spec.tuned else 0,
+        concurrency=tuning.REDELAY_TUNED_CONCURRENCY if spec.tuned else CONCURRENCY,
+        prefetch=tuning.REDELAY_TUNED_PREFETCH if spec.tuned else 0,
     )
     def handle(job: Job) -> None:
         recorder.delivered(job.body)

@@ -17,6 +17,7 @@
 -- @include _lib.lua
 -- @include _gate.lua
 -- @constant DEFAULT_LEASE_MS
+-- @constant TOKENS_PIN_BYTES
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8], gates = KEYS[9]}
 use_history_index(KEYS[10])
@@ -86,6 +87,11 @@ for j, member in ipairs(members) do
   end
 end
 flush_history_index()
+-- The tokens hash is made with its pin, a value too long for a listpack, so it is a hashtable
+-- from the start and never empties (see TOKENS_PIN_BYTES in actors/_constants.py).
+if leased > 0 and rcall('EXISTS', k.tokens) == 0 then
+  rcall('HSET', k.tokens, '', string.rep('-', TOKENS_PIN_BYTES))
+end
 -- Slices of 1000 values are 500 whole pairs each.
 rcall_each_slice('HSET', k.tokens, token_args)
 -- ZADD's arguments in descending member order: while the set is small (a listpack, up to 128

@@ -145,7 +145,7 @@ def _snapshot(
     due = {decoded(m): int(s) for m, s in delayed}
     deadlines = {decoded(m): int(s) for m, s in leased}
     dead_since = {decoded(m): int(s) for m, s in dead}
-    tokens = {decoded(m): decoded(v) for m, v in tokens_raw.items()}
+    tokens = {decoded(m): decoded(v) for m, v in tokens_raw.items() if m}  # "": the pin
     records = {decoded(m): blob for m, blob in jobs_raw.items()}
     snapshot = Snapshot()
 

@@ -54,7 +54,7 @@ $(BENCH_STAMP): pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[embedded,bench]'
 	touch $(BENCH_STAMP)
 
-# Full sizes (111 minutes on 2 cores on 2026-11-24; of it about 6 for the 10M-pending and worker-process
+# Full sizes (111 and 114 minutes on 2 cores in two runs on 2026-11-24; of it about 6 for the 10M-pending and worker-process
 # sections, skipped with --no-pending-scale / --no-worker-scale): rewrites docs/benchmarks.md,
 # .json and the PNGs.
 bench: $(BENCH_STAMP)

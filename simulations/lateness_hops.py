@@ -41,6 +41,7 @@ from actors.values import AuditEntry
 from .bench.runner import RunContext, run_scenario
 from .bench.scenarios import Scenario
 from .bench.server import CLIENT_CORE, REDIS_CORE, BenchServer, can_pin, pin_clients
+from .bench.stats import percentile
 from .bench.systems import BY_NAME
 from .bench.systems.redelay_queue import NAMESPACE
 
@@ -71,12 +72,11 @@ class HopStats:
         if not values:
             return None
         ordered = sorted(values)
-        last = len(ordered) - 1
         return HopStats(
             len(ordered),
             round(statistics.fmean(ordered) + mean_correction, 3),
-            ordered[round(last * 0.50)],
-            ordered[round(last * 0.99)],
+            percentile(ordered, 0.50),  # nearest rank, as the benchmark's lateness figures
+            percentile(ordered, 0.99),
             ordered[-1],
         )
 

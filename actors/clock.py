@@ -88,6 +88,10 @@ class SystemClock:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        # While the timer thread waits: the due time it waits for (None: no timer at all).
+        # Read under the condition's lock by call_at, which wakes it only for an earlier timer.
+        self._asleep = False
+        self._asleep_until_ms: int | None = None
 
     def now_ms(self) -> int:
         return int(time.time() * 1000 + self._offset_ms)
@@ -99,7 +103,13 @@ class SystemClock:
                 self._thread = threading.Thread(target=self._run, name="redelay-clock", daemon=True)
                 self._thread.start()
             self._timers.push(timer)
-            self._cond.notify()
+            # The thread looks at the heap again before each wait, so it needs waking only while
+            # it waits, and only for a timer due before the one it waits for. Actors re-arm a
+            # timer on every round (the carrier at each due time, a listener at each wait):
+            # waking the thread for each one was a context switch per round for nothing.
+            until_ms = self._asleep_until_ms
+            if self._asleep and (until_ms is None or at_ms < until_ms):
+                self._cond.notify()
         return timer
 
     def call_later(self, delay_ms: int, callback: Callback) -> Timer:
@@ -123,7 +133,9 @@ class SystemClock:
                         break
                     earliest = self._timers.earliest_ms()
                     wait_s = None if earliest is None else (earliest - self.now_ms()) / 1000
+                    self._asleep, self._asleep_until_ms = True, earliest
                     self._cond.wait(timeout=wait_s)
+                    self._asleep = False
             try:
                 timer.callback()
             except Exception:

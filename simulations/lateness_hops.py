@@ -38,9 +38,10 @@ from actors.clock import SystemClock
 from actors.storage.store import Store
 from actors.values import AuditEntry
 
+from .bench import scenarios
 from .bench.runner import RunContext, run_scenario
 from .bench.scenarios import Scenario
-from .bench.server import CLIENT_CORE, REDIS_CORE, BenchServer, can_pin, pin_clients
+from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
 from .bench.stats import percentile
 from .bench.systems import BY_NAME
 from .bench.systems.redelay_queue import NAMESPACE
@@ -129,19 +130,7 @@ def hops(jobs: dict[tuple[str, str], JobTimes]) -> Hops:
 
 
 def steady(rate: int, seconds: float, delay_ms: tuple[int, int]) -> Scenario:
-    low, high = delay_ms
-    return Scenario(
-        f"steady-{rate}",
-        "steady",
-        int(rate * seconds),
-        "batch",
-        deliver=True,
-        wait_s=high / 1000 + WAIT_S,
-        rate_per_s=rate,
-        duration_s=seconds,
-        delay_min_ms=low,
-        delay_max_ms=high,
-    )
+    return scenarios.steady(rate, seconds, delay_ms[0], delay_ms[1], WAIT_S)
 
 
 def measure_one(system: str, scenario: Scenario, workdir: Path, seed: int) -> dict[str, Any]:
@@ -215,11 +204,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    pinning = (
-        f"Redis pinned to core {REDIS_CORE}, clients to core {CLIENT_CORE}"
-        if can_pin()
-        else "not pinned (fewer than 2 cores)"
-    )
+    pinning = pinning_text(can_pin())
     result: dict[str, Any] = {
         "settings": {k: v for k, v in vars(args).items() if k != "json"},
         "pinning": pinning,

@@ -40,10 +40,11 @@ from typing import Any
 from actors.clock import SystemClock
 from actors.storage.store import Store
 
+from .bench import scenarios as bench_scenarios
 from .bench.jobs import BenchJob, now_ms
 from .bench.runner import RunContext, run_scenario
 from .bench.scenarios import FILL_BATCH_JOBS, Scenario
-from .bench.server import CLIENT_CORE, REDIS_CORE, BenchServer, can_pin, pin_clients
+from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
 from .bench.spec import QUEUE_NAME
 from .bench.systems import BY_NAME
 from .bench.systems.redelay_queue import NAMESPACE
@@ -167,18 +168,7 @@ def scenarios(args: argparse.Namespace) -> tuple[Scenario, Scenario]:
     immediate = Scenario(
         "immediate", "immediate", args.deliver_jobs, "batch", deliver=True, wait_s=args.wait_s
     )
-    steady = Scenario(
-        f"steady-{args.rate}",
-        "steady",
-        int(args.rate * args.seconds),
-        "batch",
-        deliver=True,
-        wait_s=high / 1000 + args.wait_s,
-        rate_per_s=args.rate,
-        duration_s=args.seconds,
-        delay_min_ms=low,
-        delay_max_ms=high,
-    )
+    steady = bench_scenarios.steady(args.rate, args.seconds, low, high, args.wait_s)
     return immediate, steady
 
 
@@ -372,11 +362,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def measure(args: argparse.Namespace, code_dir: Path | None = None) -> dict[str, Any]:
     """The whole measurement as one JSON-able dict (simulations.bench calls it as a section of
     its run). The caller pins its process first (pin_clients) when it wants the pinned split."""
-    pinning = (
-        f"Redis pinned to core {REDIS_CORE}, clients to core {CLIENT_CORE}"
-        if can_pin()
-        else "not pinned (fewer than 2 cores)"
-    )
+    pinning = pinning_text(can_pin())
     result: dict[str, Any] = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "cpus": os.cpu_count(),

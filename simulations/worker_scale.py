@@ -41,7 +41,7 @@ from actors.clock import SystemClock
 from actors.storage.store import Store
 
 from .bench.scenarios import FILL_BATCH_JOBS
-from .bench.server import CLIENT_CORE, REDIS_CORE, BenchServer, can_pin, cpu_ms_of, pin_clients
+from .bench.server import BenchServer, can_pin, cpu_ms_of, pin_clients, pinning_text
 
 NAMESPACE = "scale"
 TOPIC = "work"
@@ -293,11 +293,7 @@ def measure(args: argparse.Namespace, code_dir: Path | None = None) -> dict[str,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "cpus": os.cpu_count(),
         "pinned": pinned,
-        "pinning": (
-            f"Redis pinned to core {REDIS_CORE}, the workers and this runner to core {CLIENT_CORE}"
-            if pinned
-            else "not pinned"
-        ),
+        "pinning": pinning_text(pinned, "the workers and this runner"),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
     runs: dict[int, list[dict[str, Any]]] = {k: [] for k in args.workers}

@@ -142,6 +142,48 @@ def test_system_clock_timers_fire_on_their_thread_in_order() -> None:
         clock.close()
 
 
+def _wait_until_asleep(clock: SystemClock) -> None:
+    """Until the timer thread waits on its condition (the state call_at reads to decide)."""
+    deadline = time.monotonic() + WAIT_S
+    while not clock._asleep:
+        assert time.monotonic() < deadline, "the timer thread never went to sleep"
+        time.sleep(0.001)
+
+
+def test_an_earlier_timer_wakes_the_thread_that_sleeps_until_a_later_one() -> None:
+    clock = SystemClock()
+    near, far = threading.Event(), threading.Event()
+    try:
+        clock.call_later(60_000, far.set)
+        _wait_until_asleep(clock)
+        set_ms = clock.now_ms()
+        clock.call_later(20, near.set)
+        assert near.wait(WAIT_S)  # not after the 60 s the thread was sleeping for
+        assert clock.now_ms() >= set_ms + 20 and not far.is_set()
+    finally:
+        clock.close()
+
+
+def test_a_later_timer_set_while_the_thread_sleeps_still_fires_after_the_earlier() -> None:
+    clock = SystemClock()
+    fired: list[str] = []
+    done = threading.Event()
+
+    def later() -> None:
+        fired.append("later")
+        done.set()
+
+    try:
+        start = clock.now_ms()
+        clock.call_at(start + 30, lambda: fired.append("earlier"))
+        _wait_until_asleep(clock)
+        clock.call_at(start + 60, later)  # the thread is not woken for it
+        assert done.wait(WAIT_S)
+        assert fired == ["earlier", "later"] and clock.now_ms() >= start + 60
+    finally:
+        clock.close()
+
+
 def test_a_cancelled_system_timer_never_fires() -> None:
     clock = SystemClock()
     cancelled = threading.Event()

@@ -14,32 +14,32 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any
 
-_NEW, _RUNNING, _WITHDRAWN = 0, 1, 2
-
 
 class Task:
-    __slots__ = ("_lock", "_state", "run", "thread_id")
+    """A handler call waiting for a thread. Exactly one of ``begin`` (a thread takes it) and
+    ``withdraw`` (the pool releases its job) wins: each pops the task's one claim, and
+    ``list.pop`` is a single atomic step. Not a lock per task: one is made for every job, and
+    allocating a lock cost more than the rest of the hand-off to a thread."""
+
+    __slots__ = ("_claim", "run", "thread_id")
 
     def __init__(self, run: Callable[[], None]) -> None:
         self.run = run
-        self._state = _NEW
-        self._lock = threading.Lock()
+        self._claim = [True]
         self.thread_id: int | None = None  # the thread running it, to show where a hung one is
 
     def begin(self) -> bool:
-        with self._lock:
-            if self._state != _NEW:
-                return False
-            self._state = _RUNNING
-            return True
+        try:
+            return self._claim.pop()
+        except IndexError:
+            return False
 
     def withdraw(self) -> bool:
         """True when the task had not started and now never will."""
-        with self._lock:
-            if self._state != _NEW:
-                return False
-            self._state = _WITHDRAWN
-            return True
+        try:
+            return self._claim.pop()
+        except IndexError:
+            return False
 
 
 class WorkerThreads:

@@ -47,14 +47,23 @@ class Scenario:
         return Scenario(**data)
 
 
-def _steady(rate_per_s: int, duration_s: float, delay_min_ms: int, delay_max_ms: int) -> Scenario:
+def steady(
+    rate_per_s: int,
+    duration_s: float,
+    delay_min_ms: int,
+    delay_max_ms: int,
+    wait_after_s: float = 30.0,
+) -> Scenario:
+    """A producer adding ``rate_per_s`` jobs/s for ``duration_s``, each due a uniform
+    ``delay_min_ms``..``delay_max_ms`` later; the runner waits ``wait_after_s`` beyond the longest
+    delay for the last deliveries. simulations.pending_scale and lateness_hops run this one too."""
     return Scenario(
         name=f"steady-{rate_per_s}",
         kind="steady",
         jobs=int(rate_per_s * duration_s),
         call_style="batch",
         deliver=True,
-        wait_s=delay_max_ms / 1000 + 30,
+        wait_s=delay_max_ms / 1000 + wait_after_s,
         rate_per_s=rate_per_s,
         duration_s=duration_s,
         delay_min_ms=delay_min_ms,
@@ -67,8 +76,8 @@ def full_plan() -> list[Scenario]:
     return [
         Scenario("immediate", "immediate", 100_000, "batch", deliver=True, wait_s=240),
         Scenario("burst", "burst", 100_000, "batch", True, wait_s=240, burst_lead_min_s=5.0),
-        _steady(1_000, 30.0, 5_000, 60_000),
-        _steady(5_000, 30.0, 5_000, 60_000),
+        steady(1_000, 30.0, 5_000, 60_000),
+        steady(5_000, 30.0, 5_000, 60_000),
         Scenario("enqueue-single", "enqueue", 20_000, "single", deliver=False, wait_s=0),
         Scenario("enqueue-batch", "enqueue", 100_000, "batch", deliver=False, wait_s=0),
     ]
@@ -79,8 +88,8 @@ def quick_plan() -> list[Scenario]:
     return [
         Scenario("immediate", "immediate", 1_000, "batch", deliver=True, wait_s=8),
         Scenario("burst", "burst", 1_000, "batch", deliver=True, wait_s=8, burst_lead_min_s=1.5),
-        Scenario(**{**asdict(_steady(1_000, 1.0, 500, 1_500)), "wait_s": 3.0}),
-        Scenario(**{**asdict(_steady(5_000, 1.0, 500, 1_500)), "wait_s": 3.0}),
+        Scenario(**{**asdict(steady(1_000, 1.0, 500, 1_500)), "wait_s": 3.0}),
+        Scenario(**{**asdict(steady(5_000, 1.0, 500, 1_500)), "wait_s": 3.0}),
         Scenario("enqueue-single", "enqueue", 500, "single", deliver=False, wait_s=0),
         Scenario("enqueue-batch", "enqueue", 5_000, "batch", deliver=False, wait_s=0),
     ]
@@ -91,7 +100,7 @@ def tiny_plan(jobs: int = 200) -> list[Scenario]:
     return [
         Scenario("immediate", "immediate", jobs, "batch", deliver=True, wait_s=20),
         Scenario("burst", "burst", jobs, "batch", deliver=True, wait_s=20, burst_lead_min_s=1.0),
-        Scenario(**{**asdict(_steady(jobs, 1.0, 200, 600)), "wait_s": 10.0}),
+        Scenario(**{**asdict(steady(jobs, 1.0, 200, 600)), "wait_s": 10.0}),
         Scenario("enqueue-single", "enqueue", jobs, "single", deliver=False, wait_s=0),
         Scenario("enqueue-batch", "enqueue", jobs, "batch", deliver=False, wait_s=0),
     ]

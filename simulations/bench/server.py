@@ -26,6 +26,13 @@ def can_pin() -> bool:
     return hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2
 
 
+def pinning_text(pinned: bool, clients: str = "clients") -> str:
+    """How a run was pinned, in the words its report prints and its JSON keeps."""
+    if pinned:
+        return f"Redis pinned to core {REDIS_CORE}, {clients} to core {CLIENT_CORE}"
+    return "not pinned" if can_pin() else "not pinned (fewer than 2 cores)"
+
+
 def pin_clients() -> None:
     """Pins this process (and so every child it starts later) to the client core."""
     if can_pin():

@@ -58,3 +58,69 @@ def test_a_withdrawn_task_never_runs_and_the_rest_run_once() -> None:
         assert not last.withdraw()  # it ran
     finally:
         threads.shutdown()
+
+
+def test_slow_tasks_spread_over_every_thread_though_threads_are_woken_one_at_a_time() -> None:
+    size = 8
+    threads = WorkerThreads(size, "test-handlers")
+    # Each task waits until all of them run at once: they finish only on eight threads.
+    together = threading.Barrier(size, timeout=WAIT_S)
+    names: set[str] = set()
+    done = threading.Semaphore(0)
+
+    def task() -> None:
+        names.add(threading.current_thread().name)
+        together.wait()
+        done.release()
+
+    try:
+        for _ in range(size):
+            threads.submit(task)
+        for _ in range(size):
+            assert done.acquire(timeout=WAIT_S)
+        assert len(names) == size
+    finally:
+        threads.shutdown()
+
+
+def test_a_burst_of_quick_tasks_all_run_once() -> None:
+    threads = WorkerThreads(4, "test-handlers")
+    ran: list[int] = []
+    finished = threading.Semaphore(0)
+
+    def task(n: int) -> None:
+        ran.append(n)
+        finished.release()
+
+    try:
+        for n in range(5_000):
+            threads.submit(partial(task, n))
+        for _ in range(5_000):
+            assert finished.acquire(timeout=WAIT_S)
+        assert sorted(ran) == list(range(5_000))
+    finally:
+        threads.shutdown()
+
+
+def test_after_shutdown_idle_threads_end_and_a_busy_one_when_its_task_returns() -> None:
+    threads = WorkerThreads(3, "test-handlers-end")
+    started, release = threading.Event(), threading.Event()
+    busy: list[str] = []
+
+    def task() -> None:
+        busy.append(threading.current_thread().name)
+        started.set()
+        release.wait(WAIT_S)
+
+    threads.submit(task)
+    assert started.wait(WAIT_S)
+    threads.shutdown()
+    idle = [t for t in threads._threads if t.name not in busy]
+    for thread in idle:
+        thread.join(WAIT_S)
+    assert [t.is_alive() for t in idle] == [False, False]
+    busy_thread = next(t for t in threads._threads if t.name in busy)
+    assert busy_thread.is_alive()
+    release.set()
+    busy_thread.join(WAIT_S)
+    assert not busy_thread.is_alive()

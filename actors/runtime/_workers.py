@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any
@@ -43,8 +44,23 @@ class Task:
 
 
 class WorkerThreads:
+    """``size`` daemon threads that run submitted tasks in the order they came.
+
+    Threads are woken one at a time: a submit wakes an idle thread only when no wake is already
+    on its way, and a thread that takes a task while more wait wakes the next one before it runs
+    its own. So a burst of short tasks is run by the few threads that are awake (each takes the
+    next as soon as it is done), while slow ones still spread over every thread, one wake-up
+    apart. Waking a thread per task cost a futex call and a context switch each, and the threads
+    woken for nothing fought the pool's thread for the GIL just as Redis's reply came back.
+    """
+
     def __init__(self, size: int, name: str) -> None:
-        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._tasks: deque[Task] = deque()
+        self._wakes: queue.SimpleQueue[None] = queue.SimpleQueue()
+        # A wake is posted and no thread has taken it yet. Read and set without a lock: the
+        # worst a race does is post a second wake (see _work for why none is ever missed).
+        self._waking = False
+        self._closed = False
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
             for n in range(size)
@@ -54,22 +70,41 @@ class WorkerThreads:
 
     def submit(self, run: Callable[[], None]) -> Task:
         task = Task(run)
-        self._queue.put(task)
+        self._tasks.append(task)
+        self._wake_one()
         return task
 
     def shutdown(self) -> None:
-        """Idle threads exit; busy ones exit when their handler returns (they are daemons)."""
-        for _ in self._threads:
-            self._queue.put(None)
+        """Idle threads exit; busy ones exit when their handler returns (they are daemons).
+        Tasks submitted before run first, as they would have."""
+        self._closed = True
+        self._wakes.put(None)  # each thread that sees the close passes the wake on
+
+    def _wake_one(self) -> None:
+        if not self._waking:
+            self._waking = True
+            self._wakes.put(None)
 
     def _work(self) -> None:
+        tasks = self._tasks
         while True:
-            task = self._queue.get()
-            if task is None:
+            self._wakes.get()
+            # Cleared before looking at the tasks: a submit that this look misses appended its
+            # task after the clear, so it finds no wake on its way and posts one.
+            self._waking = False
+            while True:
+                try:
+                    task = tasks.popleft()
+                except IndexError:
+                    break
+                if tasks:
+                    self._wake_one()  # more are waiting: another thread runs the next
+                if task.begin():
+                    task.thread_id = threading.get_ident()
+                    task.run()
+            if self._closed:
+                self._wakes.put(None)
                 return
-            if task.begin():
-                task.thread_id = threading.get_ident()
-                task.run()
 
 
 class EventLoopThread:

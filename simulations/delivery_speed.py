@@ -12,6 +12,7 @@ leased beyond the handler threads), to measure what larger lease batches buy.
     python -m simulations.delivery_speed --jobs 20000 --concurrency 10 100
     python -m simulations.delivery_speed --concurrency 100 --metrics both --repeat 5
     python -m simulations.delivery_speed --concurrency 10 --prefetch 0 90 990 --repeat 3
+    python -m simulations.delivery_speed --jobs 100000 --concurrency 100 --prefetch 0 90 400 --pin
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import redis
 
 from actors import DelayQueue, Job
 from actors.server.embedded import RedisProcess
+
+from .bench.server import REDIS_CORE, can_pin, pin_clients, pin_process, pinning_text
 
 _ADD_BATCH = 1_000
 
@@ -121,6 +124,11 @@ def main() -> None:
         default=[0],
         help="the handler's prefetch; several values are alternated (default 0)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="Redis on core 1 and this process on core 0, as the benchmark pins them",
+    )
     args = parser.parse_args()
     if any(p < 0 for p in args.prefetch):
         parser.error("--prefetch: each value must be 0 or more")
@@ -130,6 +138,11 @@ def main() -> None:
         for prefetch in args.prefetch
     ]
     with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
+        if args.pin:
+            assert server.process is not None
+            pin_process(server.process.pid, REDIS_CORE)
+            pin_clients()  # before the worker's threads start: they inherit it
+            print(pinning_text(can_pin()))
         for concurrency in args.concurrency:
             runs: dict[tuple[bool, int], list[Run]] = {mode: [] for mode in modes}
             for n in range(args.repeat):

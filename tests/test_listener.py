@@ -163,6 +163,42 @@ def test_while_leases_come_back_full_the_pool_leases_with_its_acks_then_hands_ba
         unit.stop()
 
 
+def test_a_busy_pool_keeps_several_ack_and_lease_pipelines_on_their_way_and_loses_none(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
+    jobs = 3_000
+    store.add_many([store.new_job("t", f"j{n:04}") for n in range(jobs)])
+    handled: list[str] = []
+    unit = Unit(store, fake_clock, lambda job: handled.append(job.id), 200, notifiers(store))
+    try:
+        wait_for(lambda: stats(unit.pool)["acked"] == jobs, "every job acked")
+        pool = stats(unit.pool)
+        # 200 slots: pipelines of at most 50 acks, up to four on their way at once.
+        assert pool["most_in_flight"] >= 2
+        assert unit.listener_stats()["leased"] + pool["refilled"] == jobs
+        assert sorted(handled) == [f"j{n:04}" for n in range(jobs)]  # each once
+        assert store.stats()["t"]["leased"] == 0
+    finally:
+        unit.stop()
+
+
+def test_a_pool_stopped_while_leases_are_on_their_way_gives_their_jobs_back(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
+    jobs = 3_000
+    store.add_many([store.new_job("t", f"j{n:04}") for n in range(jobs)])
+    handled: list[str] = []
+    unit = Unit(store, fake_clock, lambda job: handled.append(job.id), 200, notifiers(store))
+    try:
+        wait_for(lambda: len(handled) >= 500, "jobs under way")
+    finally:
+        unit.stop()
+    # Whatever was leased at the stop is acked, or back in the ready list, not left to expire.
+    counts = store.stats()["t"]
+    assert counts["leased"] == 0
+    assert counts["ready"] + len(set(handled)) == jobs
+
+
 def test_told_to_stop_fetching_the_listener_stops_the_pools_refills(
     store: Store, fake_clock: FakeClock, notifiers: StartNotifier
 ) -> None:

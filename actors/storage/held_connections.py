@@ -101,17 +101,18 @@ class HeldConnections:
         """One command's reply; an error reply is raised, as ``execute_command`` does."""
         connection = self._take()
         try:
-            return connection.retry.call_with_retry(
+            reply = connection.retry.call_with_retry(
                 lambda: self._send_and_read(connection, hiredis.pack_command(args), 1)[0],
                 lambda _error: connection.disconnect(),
             )
-        except ResponseError:
-            raise
         except BaseException:
             connection.disconnect()  # interrupted mid-reply, or out of retries: start clean
             raise
         finally:
             self._give_back_one(connection)
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
 
     def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Every command's reply in order, sent together; error replies are returned in place
@@ -128,6 +129,22 @@ class HeldConnections:
             raise
         finally:
             self._give_back_one(connection)
+
+    def send(self, commands: Sequence[Sequence[Any]]) -> SentPipeline:
+        """Sends a pipeline and returns before its replies come: ``read()`` on the result reads
+        them (errors in place, as ``pipeline``), so the caller works while the server does. The
+        connection stays taken until then. Not retried: the calls may or may not have run when
+        a connection error is raised by either half."""
+        packed = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
+        connection = self._take()
+        try:
+            connection.connect()  # as _send_and_read does
+            connection.send_packed_command([packed])
+        except BaseException:
+            connection.disconnect()
+            self._give_back_one(connection)
+            raise
+        return SentPipeline(self, connection, len(commands))
 
     def close(self) -> None:
         """Gives the held connections back to the client's pool; later calls take them again."""
@@ -157,18 +174,46 @@ class HeldConnections:
         return connection
 
     @staticmethod
-    def _send_and_read(connection: HeldConnection, packed: bytes, replies: int) -> list[Any]:
-        # connect() as the pool does before handing a connection out: a sentinel-managed one
-        # asks the sentinels for the current master there, while a send that reconnects by
-        # itself goes back to the address it had. A no-op when connected.
-        connection.connect()
-        connection.send_packed_command([packed])  # a list: redis-py iterates it
+    def _read(connection: HeldConnection, replies: int) -> list[Any]:
         read: list[Any] = []
         for _ in range(replies):
             try:
                 read.append(connection.read_response())
             except ResponseError as error:
-                if replies == 1:
-                    raise
                 read.append(error)
         return read
+
+    @staticmethod
+    def _send_and_read(connection: HeldConnection, packed: bytes, replies: int) -> list[Any]:
+        """The replies, errors in place (``call`` raises its one error itself)."""
+        # connect() as the pool does before handing a connection out: a sentinel-managed one
+        # asks the sentinels for the current master there, while a send that reconnects by
+        # itself goes back to the address it had. A no-op when connected.
+        connection.connect()
+        connection.send_packed_command([packed])  # a list: redis-py iterates it
+        return HeldConnections._read(connection, replies)
+
+
+class SentPipeline:
+    """A pipeline sent by ``HeldConnections.send`` whose replies are not read yet."""
+
+    __slots__ = ("_connection", "_held", "_replies")
+
+    def __init__(self, held: HeldConnections, connection: HeldConnection, replies: int) -> None:
+        self._held = held
+        self._connection: HeldConnection | None = connection
+        self._replies = replies
+
+    def read(self) -> list[Any]:
+        """Every reply in order, errors in place; a connection error is raised. Once only."""
+        connection = self._connection
+        if connection is None:
+            raise RuntimeError("these replies were read already")
+        self._connection = None
+        try:
+            return HeldConnections._read(connection, self._replies)
+        except BaseException:
+            connection.disconnect()  # interrupted mid-reply: start clean
+            raise
+        finally:
+            self._held._give_back_one(connection)

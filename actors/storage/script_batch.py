@@ -34,6 +34,7 @@ from redis.exceptions import (
 )
 
 from actors.storage.calls import ScriptCall
+from actors.storage.held_connections import SentPipeline
 from actors.storage.scripts import ScriptRunner, shas, sources
 
 # Redirections and TRYAGAIN during a slot migration last milliseconds; calls are retried this
@@ -67,6 +68,19 @@ class ScriptBatch:
             return [self.runner(calls[0].name, calls[0].keys, calls[0].args)]
         replies, _ = self._run(calls, None, raise_errors)
         return replies
+
+    def send(self, calls: Sequence[ScriptCall]) -> SentCalls | None:
+        """Sends ``calls`` in one pipeline and returns before the replies come (see SentCalls),
+        on a client whose connections are held (one server); None on any other client, whose
+        calls go through ``run``."""
+        held = self.runner.held
+        if held is None or isinstance(self.client, RedisCluster):
+            return None
+        commands = [
+            ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
+            for call in calls
+        ]
+        return SentCalls(self, calls, held.send(commands))
 
     def run_durable(self, calls: Sequence[ScriptCall], wait: WaitFor) -> tuple[list[Any], int]:
         """Replies in call order, and the fewest replicas that acknowledged any of them."""
@@ -155,6 +169,27 @@ class ScriptBatch:
         if isinstance(self.client, RedisCluster):
             with contextlib.suppress(redis.RedisError, RedisClusterException):
                 self.client.nodes_manager.initialize()
+
+
+class SentCalls:
+    """Script calls sent by ``ScriptBatch.send``, replies not read yet."""
+
+    __slots__ = ("_batch", "_calls", "_sent")
+
+    def __init__(self, batch: ScriptBatch, calls: Sequence[ScriptCall], sent: SentPipeline) -> None:
+        self._batch, self._calls, self._sent = batch, calls, sent
+
+    def read(self) -> list[Any]:
+        """Replies in call order, errors in place, as ``run(..., raise_errors=False)``. Calls
+        answered NOSCRIPT (a restarted server's empty script cache) did not run: they are run
+        again through ``run``, which loads their scripts first."""
+        replies = self._sent.read()
+        again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if again:
+            rerun = self._batch.run([self._calls[n] for n in again], raise_errors=False)
+            for n, reply in zip(again, rerun, strict=True):
+                replies[n] = reply
+        return replies
 
 
 def _raise_first_error(replies: Sequence[Any]) -> None:

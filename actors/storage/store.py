@@ -66,6 +66,8 @@ from actors.storage.namespace_config import (
 from actors.storage.plan import KEEP_ROUNDS, ShardPlan
 from actors.storage.script_batch import ScriptBatch, WaitFor
 from actors.storage.scripts import refused_for_memory
+from actors.storage.sent import AckAndLeaseResult, SentAckAndLease
+from actors.storage.sent import parse as parse_ack_and_lease
 from actors.values import (
     AuditEntry,
     AuditRetention,
@@ -477,7 +479,7 @@ class Store(ShardPlan):
     @_cluster_errors
     def ack_and_lease(
         self, acks: Sequence[tuple[str, str, str, str]], topic: str, limit: int, consumer: str
-    ) -> tuple[list[ErrorCode] | Exception, LeaseBatch | Exception]:
+    ) -> AckAndLeaseResult:
         """``ack_many(acks)`` and then ``lease_batch(topic, limit, consumer)`` in one round trip:
         one pipeline of the two script calls (the lease sees the acks' effects, e.g. on a
         max_in_flight limit). One shard only. Each half's error comes back in its place rather
@@ -487,6 +489,26 @@ class Store(ShardPlan):
         again: a name that was never leased is answered NOT_LEASED (a ``rejected`` event, as
         for any refused ack) and no job changes. Their details are, being what handlers
         returned."""
+        batch = self._ack_and_lease_calls(acks, topic, limit, consumer)
+        return parse_ack_and_lease(topic, self._batch.run(batch, raise_errors=False))
+
+    @_cluster_errors
+    def send_ack_and_lease(
+        self, acks: Sequence[tuple[str, str, str, str]], topic: str, limit: int, consumer: str
+    ) -> SentAckAndLease:
+        """``ack_and_lease`` in two halves: this sends the calls and returns, and ``result()``
+        on what it returns reads the replies, so the caller can work while Redis does. On a
+        client whose connections are not held (a cluster) the calls run here."""
+        batch = self._ack_and_lease_calls(acks, topic, limit, consumer)
+        sent = self._batch.send(batch)
+        if sent is None:
+            result = parse_ack_and_lease(topic, self._batch.run(batch, raise_errors=False))
+            return SentAckAndLease.finished(topic, result)
+        return SentAckAndLease(topic, sent)
+
+    def _ack_and_lease_calls(
+        self, acks: Sequence[tuple[str, str, str, str]], topic: str, limit: int, consumer: str
+    ) -> list[ScriptCall]:
         if len(self.shard_keys) != 1:
             raise ValueError("ack_and_lease: a namespace of one shard only")
         self._batch_limit(acks, "acks")
@@ -494,14 +516,7 @@ class Store(ShardPlan):
         validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
         rows = [(member(a[0], a[1]), a[2], validation.reason(a[3])) for a in acks]
         at = self._now()
-        ack_reply, lease_reply = self._batch.run(
-            [calls.ack(self.keys, at, rows), calls.lease(self.keys, at, topic, limit, consumer)],
-            raise_errors=False,
-        )
-        codes = ack_reply if isinstance(ack_reply, Exception) else calls.error_codes(ack_reply)
-        if isinstance(lease_reply, Exception):
-            return codes, lease_reply
-        return codes, calls.lease_batch(topic, lease_reply)
+        return [calls.ack(self.keys, at, rows), calls.lease(self.keys, at, topic, limit, consumer)]
 
     @_cluster_errors
     def fail_many(

@@ -15,7 +15,7 @@ import pytest
 
 from simulations.worker_scale import tally
 
-JOBS = 600
+JOBS = 3_000  # enough CPU on each side to span several of the kernel's 10 ms accounting ticks
 
 
 @pytest.fixture(scope="module")

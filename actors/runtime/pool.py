@@ -46,6 +46,7 @@ from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime._handlers import Handler, Outcome, call_async, call_sync
 from actors.runtime._hooks import FailureHooks, call_hooks
+from actors.runtime._pipelines import AckLeasePipelines
 from actors.runtime._workers import EventLoopThread, Task, WorkerThreads
 from actors.runtime.messages import (
     CheckRunning,
@@ -58,21 +59,11 @@ from actors.runtime.messages import (
     Stats,
 )
 from actors.runtime.recorder import NO_RECORDER, Recorder
-from actors.storage.sent import SentAckAndLease
 from actors.storage.store import Store
 from actors.tracing import Span, Tracing, finish
 from actors.values import Lease
 
 log = logging.getLogger("actors.pool")
-
-# Ack-and-lease pipelines on their way at once, each with at most a quarter of the pool's slots
-# (and no fewer than _CHUNK_MIN acks): Redis runs the next ones while the pool starts the jobs
-# of the first. With one pipeline for every result the pool held, the two took turns, each idle
-# about 40% of the time; at two the batches still grew to the whole window. Measured with
-# simulations.delivery_speed (concurrency 100, prefetch 400, pinned): 46k jobs/s at 2, 62k at
-# 4, 58k at 6.
-_IN_FLIGHT_MAX = 4
-_CHUNK_MIN = 32  # acks per pipeline: below this, splitting costs Redis more than it saves
 
 
 @dataclass(slots=True)
@@ -89,16 +80,6 @@ class _Running:
     @property
     def timed_out(self) -> bool:
         return self.timed_out_ms is not None
-
-
-@dataclass(frozen=True, slots=True)
-class _InFlight:
-    """Acks and a lease sent together (``_send_ack_and_refill``) whose replies are not read."""
-
-    sent: SentAckAndLease
-    acks: list[tuple[str, str, str, str]]
-    spans: list[Span | None]  # beside acks
-    limit: int  # the slots set aside for the lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +146,8 @@ class ConsumerPool(RedelayActor):
         self.results: deque[tuple[Lease, Outcome]] = deque()
         self.results_told = False
         self.refill: Refill | None = None  # lease freed slots with the acks (see Run, _flush)
-        # Acks and a lease sent together, replies not read yet; oldest first.
-        self.in_flight: deque[_InFlight] = deque()
-        self.most_in_flight = 0  # the most of them on their way at once, for Stats
-        # A pool with fewer slots than two pipelines' worth sends one at a time, as before.
-        self.in_flight_max = max(1, min(_IN_FLIGHT_MAX, (concurrency + prefetch) // _CHUNK_MIN))
+        # Acks and leases sent while refilling, replies not read yet (actors/runtime/_pipelines).
+        self.in_flight = AckLeasePipelines(store, topic, concurrency + prefetch)
         self.check_pending = False
         self.drain_future: pykka.Future[int] | None = None
         self.drained = False
@@ -256,7 +234,7 @@ class ConsumerPool(RedelayActor):
                 "prefetched": waiting,
                 "timed_out_running": len(stuck),
                 "timed_out_since_ms": min(stuck, default=None),
-                "most_in_flight": self.most_in_flight,
+                "most_in_flight": self.in_flight.most,
             }
         return None
 
@@ -375,7 +353,7 @@ class ConsumerPool(RedelayActor):
         leases: list[Lease] = []
         try:
             sent = self._send_results()
-            if self.in_flight and (len(self.in_flight) >= self.in_flight_max or not sent):
+            if self.in_flight and (self.in_flight.full or not sent):
                 # The oldest replies: Redis runs the calls sent after them meanwhile, and this
                 # pool starts their jobs while it does (see _send_ack_and_refill). Otherwise
                 # they are read at the next Flush, after the results that come meanwhile are
@@ -410,16 +388,19 @@ class ConsumerPool(RedelayActor):
             # The slots are free as soon as the handlers returned: tell the listener first, so
             # its next lease and these acks are on the wire at the same time.
             self._free_slots()
-        chunk = max(_CHUNK_MIN, (self.concurrency + self.prefetch) // self.in_flight_max)
+        chunk = self.in_flight.chunk
         while self.acks:
             batch = self.acks[: c.BATCH_MAX_JOBS]
             spans = self.ack_spans[: len(batch)]
             if refill:
-                if len(self.in_flight) >= self.in_flight_max:
+                if self.in_flight.full:
                     break  # they go with the next lease, once a reply is read
                 batch = batch[:chunk]
                 spans = spans[: len(batch)]
-                last = len(batch) == len(self.acks) or len(self.in_flight) + 1 >= self.in_flight_max
+                # The round's last pipeline leases every freed slot, the others one job per ack.
+                last = (
+                    len(batch) == len(self.acks) or len(self.in_flight) + 1 >= self.in_flight.depth
+                )
                 limit = min(self.slots_to_free, refill if last else len(batch))
                 if limit > 0:
                     self._send_ack_and_refill(batch, spans, limit)
@@ -469,14 +450,12 @@ class ConsumerPool(RedelayActor):
         self, batch: list[tuple[str, str, str, str]], spans: list[Span | None], limit: int
     ) -> None:
         """Sends ``batch``'s acks and a lease of up to ``limit`` jobs for the slots they freed,
-        in one pipeline, without waiting for the replies. Up to two such pipelines are on their
-        way: the pool reads the older one's replies (``_read_in_flight``) and starts its jobs
-        while Redis runs the newer one, so Redis and this pool work at the same time instead of
-        taking turns. The slots are set aside until the replies say how many the lease filled."""
+        in one pipeline, without waiting for the replies (actors/runtime/_pipelines.py): the
+        pool reads the oldest pipeline's replies (``_read_in_flight``) and starts its jobs while
+        Redis runs the newer ones. The slots are set aside until the replies say how many the
+        lease filled."""
         assert self.refill is not None
-        sent = self.store.send_ack_and_lease(batch, self.topic, limit, self.refill.consumer)
-        self.in_flight.append(_InFlight(sent, batch, spans, limit))
-        self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
+        self.in_flight.send(batch, spans, limit, self.refill.consumer)
         self.slots_to_free -= limit
 
     def _read_in_flight(self) -> tuple[list[Lease], redis.RedisError | None]:
@@ -488,7 +467,7 @@ class ConsumerPool(RedelayActor):
         the empty list, and waits for a notice) as usual."""
         if not self.in_flight:
             return [], None
-        flight = self.in_flight.popleft()
+        flight = self.in_flight.oldest()
         try:
             codes, leased = flight.sent.result()
         except redis.RedisError as exc:

@@ -48,7 +48,7 @@ from . import chart, report
 from ._processes import Workers
 from ._user_app import load_app_handlers, load_bodies
 from .chaos_redis import deployment
-from .chaos_settings import ChaosSettings, derive
+from .chaos_settings import BACKLOG_PREFETCH, BACKLOG_RATE_PER_S, ChaosSettings, derive
 from .chaos_worker import DEFAULT_NAMESPACE
 from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, EXIT_USAGE, Evidence, check_all
 from .ledger import JobRow, Ledger
@@ -410,6 +410,8 @@ def reproduce_command(args: argparse.Namespace, seed: int) -> str:
         parts.append(f"--cluster --shards {args.shards}")
     if args.appendfsync != "always":
         parts.append(f"--appendfsync {args.appendfsync}")
+    if args.backlog:
+        parts.append("--backlog")
     if args.app:
         parts.append(f"--app {args.app}")
     if args.bodies:
@@ -423,7 +425,8 @@ def reproduce_command(args: argparse.Namespace, seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
-    settings = derive(seed, args.duration, args.appendfsync, args.shards if args.cluster else None)
+    shards = args.shards if args.cluster else None
+    settings = derive(seed, args.duration, args.appendfsync, shards, backlog=args.backlog)
     out = Path(args.out) / f"chaos-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     # Before the app is imported here or in a worker: the workers inherit the variable.
@@ -549,6 +552,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "migrate slots too (needs redis-cli)",
     )
     parser.add_argument("--shards", type=int, help="with --cluster: the namespace's shards (3)")
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help=f"add {BACKLOG_RATE_PER_S:g} jobs/s to topics of {BACKLOG_PREFETCH} prefetch and "
+        "more: a backlog the handlers work off, so the pools keep several ack-and-lease "
+        "pipelines on their way",
+    )
     parser.add_argument(
         "--out", default="simulations/out", help="where artefacts go (simulations/out)"
     )

@@ -174,9 +174,14 @@ class ChaosSettings:
 
 
 def derive(
-    seed: int, duration_s: float, appendfsync: str = "always", cluster_shards: int | None = None
+    seed: int,
+    duration_s: float,
+    appendfsync: str = "always",
+    cluster_shards: int | None = None,
+    backlog: bool = False,
 ) -> ChaosSettings:
-    """The settings of a run; ``cluster_shards`` switches cluster mode on with that many shards.
+    """The settings of a run; ``cluster_shards`` switches cluster mode on with that many shards,
+    ``backlog`` the backlogged workload (``_backlogged``).
 
     The cluster's own settings come from a random source of their own, so a seed gives the same
     workload with and without ``--cluster``."""
@@ -226,7 +231,25 @@ def derive(
         # Not drawn from rng, so every other setting of a seed stays what it was.
         pauses=max(1, int(duration_s // 20)),
     )
+    if backlog:
+        settings = _backlogged(settings)
     return settings if cluster_shards is None else _clustered(settings, cluster_shards)
+
+
+# --backlog: jobs/s the producer adds, and each topic's prefetch.
+BACKLOG_RATE_PER_S = 250.0
+BACKLOG_PREFETCH = 120
+
+
+def _backlogged(settings: ChaosSettings) -> ChaosSettings:
+    """More jobs than the handlers keep up with, and pools of more than 64 slots: leases come
+    back full, so each pool leases the slots its acks free and keeps several ack-and-lease
+    pipelines on their way (actors/runtime/_pipelines.py), a path the default workload (15-40
+    jobs/s, at most 24 slots) never takes. Derived, not drawn: the seed's other settings and
+    faults stay what they are. The handlers run about 270 jobs/s between them, so a run of 30 s
+    drains in about as long again."""
+    topics = tuple(replace(t, prefetch=max(t.prefetch, BACKLOG_PREFETCH)) for t in settings.topics)
+    return replace(settings, topics=topics, rate_per_s=BACKLOG_RATE_PER_S)
 
 
 def _clustered(settings: ChaosSettings, shards: int) -> ChaosSettings:

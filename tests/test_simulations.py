@@ -470,6 +470,20 @@ def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
     assert (tmp_path / "chaos-5" / "lateness.png").stat().st_size > 10_000
 
 
+def test_chaos_simulation_backlog_ci_run(tmp_path: Path) -> None:
+    """A backlog and pools of more than 64 slots, under the same faults: the pools lease with
+    their acks and keep several ack-and-lease pipelines out while workers and Redis die."""
+    args = ["simulations.chaos", "--seed", "5", "--duration", "25", "--backlog"]
+    code, summary, stderr = _simulate(args, tmp_path)
+    assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
+    assert summary["reproduce"] == "python -m simulations.chaos --seed 5 --duration 25 --backlog"
+    settings = summary["settings"]
+    assert settings["rate_per_s"] == 250.0
+    assert all(t["concurrency"] + t["prefetch"] >= 64 for t in settings["topics"])
+    _check_summary(summary, {"worker_sigkill", "worker_sigterm", "connection_kill"})
+    assert summary["jobs"]["added"] > 4_000  # far more than the default workload's ~800
+
+
 def test_chaos_simulation_cluster_ci_run(tmp_path: Path) -> None:
     """Workers and producer on a 3 + 3 Redis Cluster with 3 shards; masters killed and slots
     migrated besides the usual faults. About 35 s on a quiet 2-core machine."""

@@ -29,6 +29,7 @@ CHAOS_ONLY = {
     "max_calm_p99_ms": "--max-calm-p99-ms",
     "cluster": "--cluster",
     "shards": "--shards",
+    "backlog": "--backlog",
 }
 
 
@@ -74,6 +75,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     chaos.add_argument("--max-calm-p99-ms", type=int, help="fail (exit 17) above this p99")
     chaos.add_argument("--cluster", action="store_true", help="on a local Redis Cluster")
     chaos.add_argument("--shards", type=int, help="with --cluster: the namespace's shards")
+    chaos.add_argument(
+        "--backlog",
+        action="store_true",
+        help="more jobs than the handlers keep up with, to large pools: the pipelined acks",
+    )
     p.set_defaults(run=run_simulate)
 
 
@@ -105,7 +111,7 @@ def simulator_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--max-calm-p99-ms", str(args.max_calm_p99_ms)]
     if args.shards is not None:
         argv += ["--shards", str(args.shards)]
-    for dest in ("ci", "soak", "cluster", "json"):
+    for dest in ("ci", "soak", "cluster", "backlog", "json"):
         if getattr(args, dest, False):
             argv.append(f"--{dest}")
     if args.verbose:

@@ -163,13 +163,21 @@ def test_while_leases_come_back_full_the_pool_leases_with_its_acks_then_hands_ba
         unit.stop()
 
 
+def busy_unit(
+    store: Store, clock: FakeClock, notifier: ShardNotifier, jobs: int
+) -> tuple[Unit, list[str]]:
+    """``jobs`` ready jobs and a unit of 200 slots that records the ids it handles: enough slots
+    for several ack-and-lease pipelines (actors/runtime/_pipelines.py)."""
+    store.add_many([store.new_job("t", f"j{n:04}") for n in range(jobs)])
+    handled: list[str] = []
+    return Unit(store, clock, lambda job: handled.append(job.id), 200, notifier), handled
+
+
 def test_a_busy_pool_keeps_several_ack_and_lease_pipelines_on_their_way_and_loses_none(
     store: Store, fake_clock: FakeClock, notifiers: StartNotifier
 ) -> None:
     jobs = 3_000
-    store.add_many([store.new_job("t", f"j{n:04}") for n in range(jobs)])
-    handled: list[str] = []
-    unit = Unit(store, fake_clock, lambda job: handled.append(job.id), 200, notifiers(store))
+    unit, handled = busy_unit(store, fake_clock, notifiers(store), jobs)
     try:
         wait_for(lambda: stats(unit.pool)["acked"] == jobs, "every job acked")
         pool = stats(unit.pool)
@@ -186,9 +194,7 @@ def test_a_pool_stopped_while_leases_are_on_their_way_gives_their_jobs_back(
     store: Store, fake_clock: FakeClock, notifiers: StartNotifier
 ) -> None:
     jobs = 3_000
-    store.add_many([store.new_job("t", f"j{n:04}") for n in range(jobs)])
-    handled: list[str] = []
-    unit = Unit(store, fake_clock, lambda job: handled.append(job.id), 200, notifiers(store))
+    unit, handled = busy_unit(store, fake_clock, notifiers(store), jobs)
     try:
         wait_for(lambda: len(handled) >= 500, "jobs under way")
     finally:

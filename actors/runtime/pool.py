@@ -503,9 +503,15 @@ class ConsumerPool(RedelayActor):
             leases += leased
             if error is not None:  # the acks are kept: the stop's flush sends them again
                 log.warning("pool %s: acks failed at stop (%s)", self.topic, error)
+        self._give_back(leases)
+
+    def _give_back(self, leases: list[Lease]) -> None:
+        """Releases jobs not started to the front of their ready list, no attempt counted. Each
+        release goes to the front, so the last one given ends up first: they are given back
+        newest first to keep the order they were leased in."""
         if not leases:
             return
-        releases = [(x.topic, x.id, x.token) for x in reversed(leases)]  # see _release_not_started
+        releases = [(x.topic, x.id, x.token) for x in reversed(leases)]
         try:
             self.store.release_many(releases)
             self.counts["released"] += len(releases)
@@ -696,15 +702,7 @@ class ConsumerPool(RedelayActor):
             finish(running.span, "released")
             running.span = None
         self.metrics.busy(self._handlers_busy())
-        # Each release goes to the front of the ready list, so the last one given ends up
-        # first: give them back newest first to keep the order they were leased in.
-        releases = [(r.lease.topic, r.lease.id, r.lease.token) for r in reversed(withdrawn)]
-        try:
-            self.store.release_many(releases)
-            self.counts["released"] += len(releases)
-            self.metrics.jobs("released", len(releases))
-        except redis.RedisError as exc:
-            log.warning("pool %s: release failed (%s); leases will expire", self.topic, exc)
+        self._give_back([r.lease for r in withdrawn])
 
     def _maybe_idle(self) -> None:
         busy = any(not r.timed_out for r in self.running.values())

@@ -88,8 +88,8 @@ def quick_plan() -> list[Scenario]:
     return [
         Scenario("immediate", "immediate", 1_000, "batch", deliver=True, wait_s=8),
         Scenario("burst", "burst", 1_000, "batch", deliver=True, wait_s=8, burst_lead_min_s=1.5),
-        Scenario(**{**asdict(steady(1_000, 1.0, 500, 1_500)), "wait_s": 3.0}),
-        Scenario(**{**asdict(steady(5_000, 1.0, 500, 1_500)), "wait_s": 3.0}),
+        steady(1_000, 1.0, 500, 1_500, wait_after_s=1.5),
+        steady(5_000, 1.0, 500, 1_500, wait_after_s=1.5),
         Scenario("enqueue-single", "enqueue", 500, "single", deliver=False, wait_s=0),
         Scenario("enqueue-batch", "enqueue", 5_000, "batch", deliver=False, wait_s=0),
     ]
@@ -100,7 +100,7 @@ def tiny_plan(jobs: int = 200) -> list[Scenario]:
     return [
         Scenario("immediate", "immediate", jobs, "batch", deliver=True, wait_s=20),
         Scenario("burst", "burst", jobs, "batch", deliver=True, wait_s=20, burst_lead_min_s=1.0),
-        Scenario(**{**asdict(steady(jobs, 1.0, 200, 600)), "wait_s": 10.0}),
+        steady(jobs, 1.0, 200, 600, wait_after_s=9.4),
         Scenario("enqueue-single", "enqueue", jobs, "single", deliver=False, wait_s=0),
         Scenario("enqueue-batch", "enqueue", jobs, "batch", deliver=False, wait_s=0),
     ]

@@ -117,7 +117,7 @@ class HeldConnections:
     def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Every command's reply in order, sent together; error replies are returned in place
         (a pipeline's ``raise_on_error=False``), a connection error is raised."""
-        packed = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
+        packed = _pack(commands)
         connection = self._take()
         try:
             return connection.retry.call_with_retry(
@@ -135,7 +135,7 @@ class HeldConnections:
         them (errors in place, as ``pipeline``), so the caller works while the server does. The
         connection stays taken until then. Not retried: the calls may or may not have run when
         a connection error is raised by either half."""
-        packed = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
+        packed = _pack(commands)
         connection = self._take()
         try:
             connection.connect()  # as _send_and_read does
@@ -217,3 +217,7 @@ class SentPipeline:
             raise
         finally:
             self._held._give_back_one(connection)
+
+
+def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
+    return b"".join([hiredis.pack_command(tuple(command)) for command in commands])

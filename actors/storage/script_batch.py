@@ -76,11 +76,7 @@ class ScriptBatch:
         held = self.runner.held
         if held is None or isinstance(self.client, RedisCluster):
             return None
-        commands = [
-            ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
-            for call in calls
-        ]
-        return SentCalls(self, calls, held.send(commands))
+        return SentCalls(self, calls, held.send(self._evalshas(calls)))
 
     def run_durable(self, calls: Sequence[ScriptCall], wait: WaitFor) -> tuple[list[Any], int]:
         """Replies in call order, and the fewest replicas that acknowledged any of them."""
@@ -129,10 +125,7 @@ class ScriptBatch:
     def _send(
         self, node_client: redis.Redis, calls: list[ScriptCall], wait: WaitFor | None
     ) -> tuple[list[Any], int | None]:
-        commands: list[tuple[Any, ...]] = [
-            ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
-            for call in calls
-        ]
+        commands = self._evalshas(calls)
         if wait is not None:
             commands.append(("WAIT", wait.replicas, wait.timeout_ms))
         try:
@@ -152,6 +145,12 @@ class ScriptBatch:
         if isinstance(replicas, Exception):
             raise replicas
         return results, int(replicas)
+
+    def _evalshas(self, calls: Sequence[ScriptCall]) -> list[tuple[Any, ...]]:
+        return [
+            ("EVALSHA", self._shas[call.name], len(call.keys), *call.keys, *call.args)
+            for call in calls
+        ]
 
     def _by_node(
         self, calls: Sequence[ScriptCall], indexes: Sequence[int]

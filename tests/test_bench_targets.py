@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulations.bench import targets
+from simulations.bench import scale_report, targets
 
 
 def immediate(system: str, rate: float) -> dict[str, Any]:
@@ -75,3 +75,58 @@ def test_redis_cpu_adds_and_memory_follow_their_thresholds() -> None:
 
 def test_every_target_is_not_measured_on_an_empty_run() -> None:
     assert {verdict.met for verdict in targets.judge([])} == {None}
+
+
+def worker_row(k: int, rate: float, redis: float, clients: float, machine: float) -> dict[str, Any]:
+    return {
+        "workers": k,
+        "delivered_jobs_per_s": rate,
+        "redis_cpu_utilisation": redis,
+        "workers_cpu_utilisation": clients,
+        "machine_cpu_busy": machine,
+        "missing": 0,
+        "duplicates": 0,
+    }
+
+
+def test_worker_steps_must_rise_until_a_named_cpu_is_the_ceiling() -> None:
+    rising = [worker_row(1, 20_000, 0.4, 0.6, 0.5), worker_row(2, 30_000, 0.6, 0.8, 0.7)]
+    four_more = worker_row(4, 35_000, 0.7, 0.85, 0.8)
+    assert targets.workers({"pinned": True, "summary": [*rising, four_more]}).met is True
+    # 4 slower than 2 with no side saturated at 2: not met.
+    four_fewer = worker_row(4, 25_000, 0.5, 0.85, 0.7)
+    flat = targets.workers({"pinned": True, "summary": [*rising, four_fewer]})
+    assert flat.met is False and "ceiling" not in flat.measured
+    # The same fall after the workers' core was full at 2 processes: the ceiling is theirs.
+    full_core = [rising[0], {**rising[1], "workers_cpu_utilisation": 0.97}, four_fewer]
+    pinned = targets.workers({"pinned": True, "summary": full_core})
+    assert pinned.met is True
+    assert "ceiling: the workers' core from 2 process(es) on" in pinned.measured
+    # Not pinned, one process's busy core is not a ceiling: the machine had room left.
+    assert targets.workers({"pinned": False, "summary": full_core}).met is False
+    # Redis's own core full at 1 process: every later step may fall.
+    two_fewer = worker_row(2, 15_000, 0.5, 0.6, 0.6)
+    redis_full = [{**rising[0], "redis_cpu_utilisation": 0.95}, two_fewer, four_fewer]
+    redis_first = targets.workers({"pinned": True, "summary": redis_full})
+    assert redis_first.met is True and "ceiling: Redis's core from 1" in redis_first.measured
+
+
+def test_worker_runs_that_lose_a_job_fail_whatever_the_rates() -> None:
+    lost = [worker_row(k, 10_000 * k, 0.5, 0.5, 0.5) for k in (1, 2, 4)]
+    lost[1]["missing"] = 3
+    verdict = targets.workers({"pinned": True, "summary": lost})
+    assert verdict.met is False and "3 jobs missing or run twice" in verdict.measured
+
+
+def test_the_worker_section_names_the_ceiling_the_verdict_found() -> None:
+    summary = [
+        worker_row(1, 50_000, 0.6, 0.97, 0.8),
+        worker_row(2, 47_000, 0.6, 0.98, 0.8),
+        worker_row(4, 44_000, 0.55, 0.99, 0.8),
+    ]
+    for row in summary:
+        row.update(redis_cpu_us_per_job=12.0, jobs=1000)
+    pinned = scale_report.worker_findings(summary, pinned=True)
+    assert "**The ceiling: the workers' core**, full from 1 process(es) on" in pinned
+    loose = scale_report.worker_findings(summary, pinned=False)
+    assert "**The ceiling: not reached**" in loose

@@ -13,7 +13,7 @@ from itertools import pairwise
 from typing import Any
 
 from .formatting import MISSING, duration, ms, num, table
-from .targets import MEMORY_BYTES, PENDING_RATIO, REDIS_SATURATED
+from .targets import MEMORY_BYTES, PENDING_RATIO, REDIS_SATURATED, ceiling
 
 NOT_RUN = (
     "Not measured in this run (`--no-{flag}`, a run without redelay, or a JSON from before this "
@@ -271,7 +271,7 @@ def worker_section(result: dict[str, Any]) -> str:
         "workers busy",
         f"all {cores} cores busy",
     ]
-    findings = "What it shows:\n\n" + worker_findings(summary)
+    findings = "What it shows:\n\n" + worker_findings(summary, bool(result.get("pinned")))
     return "\n\n".join([intro, table(header, rows), findings])
 
 
@@ -279,7 +279,7 @@ def _percent(value: Any) -> str:
     return f"{num(value)}%" if isinstance(value, int | float) else MISSING
 
 
-def worker_findings(summary: Sequence[dict[str, Any]]) -> str:
+def worker_findings(summary: Sequence[dict[str, Any]], pinned: bool) -> str:
     jobs = sum(int(s.get("jobs") or 0) for s in summary)
     missing = sum(int(s.get("missing") or 0) for s in summary)
     duplicates = sum(int(s.get("duplicates") or 0) for s in summary)
@@ -310,6 +310,7 @@ def worker_findings(summary: Sequence[dict[str, Any]]) -> str:
         f"{num(1e6 / max(redis_costs))} to {num(1e6 / min(redis_costs))} jobs/s; it was at most "
         f"{num(busy * 100)}% busy ({num(busiest['workers'])} processes), {limit}."
     )
+    lines.append(_ceiling_line(by_count, pinned))
     machine = max(float(s["machine_cpu_busy"]) for s in summary)
     saturated = "yes" if machine >= MACHINE_SATURATED else "no"
     lines.append(
@@ -317,6 +318,20 @@ def worker_findings(summary: Sequence[dict[str, Any]]) -> str:
         f"{saturated}** (at most {num(machine * 100)}%, every process on it counted)."
     )
     return "\n".join(lines)
+
+
+def _ceiling_line(by_count: Sequence[dict[str, Any]], pinned: bool) -> str:
+    """The side whose CPU was full first as processes were added (targets.ceiling), or that
+    none was: then more processes should still have raised the rate."""
+    for row in by_count:
+        side = ceiling(row, pinned)
+        if side is not None:
+            return (
+                f"- **The ceiling: {side}**, full from {num(row['workers'])} process(es) on "
+                f"(Redis {num(float(row['redis_cpu_utilisation']) * 100)}% busy, the workers "
+                f"{num(float(row['workers_cpu_utilisation']) * 100)}% of a core)."
+            )
+    return "- **The ceiling: not reached**: no side's CPU was full at any process count."
 
 
 def _quotient(more: dict[str, Any], fewer: dict[str, Any]) -> float | None:

@@ -329,7 +329,7 @@ def _ceiling_line(by_count: Sequence[dict[str, Any]], pinned: bool) -> str:
             return (
                 f"- **The ceiling: {side}**, full from {num(row['workers'])} process(es) on "
                 f"(Redis {num(float(row['redis_cpu_utilisation']) * 100)}% busy, the workers "
-                f"{num(float(row['workers_cpu_utilisation']) * 100)}% of a core)."
+                f"{num(float(row.get('workers_cpu_utilisation') or 0) * 100)}% of a core)."
             )
     return "- **The ceiling: not reached**: no side's CPU was full at any process count."
 

@@ -191,14 +191,19 @@ def pending(pending_scale: dict[str, Any]) -> Verdict:
     return Verdict(target, measured, all(within))
 
 
+def _share(row: dict[str, Any], name: str) -> float:
+    """A utilisation of the row, 0 when the row has none (a summary written before it existed)."""
+    return float(row.get(name) or 0)
+
+
 def ceiling(row: dict[str, Any], pinned: bool) -> str | None:
     """Which side's CPU limited one worker count's runs, or None when neither was saturated:
     Redis's core first (it is what the target is about), then the cores the workers could use."""
-    if float(row["redis_cpu_utilisation"]) >= REDIS_SATURATED:
+    if _share(row, "redis_cpu_utilisation") >= REDIS_SATURATED:
         return "Redis's core"
-    if pinned and float(row["workers_cpu_utilisation"]) >= CLIENTS_SATURATED:
+    if pinned and _share(row, "workers_cpu_utilisation") >= CLIENTS_SATURATED:
         return "the workers' core"
-    if not pinned and float(row["machine_cpu_busy"]) >= CLIENTS_SATURATED:
+    if not pinned and _share(row, "machine_cpu_busy") >= CLIENTS_SATURATED:
         return "every core of the machine"
     return None
 
@@ -219,7 +224,7 @@ def workers(worker_scale: dict[str, Any]) -> Verdict:
     parts = [
         f"{k}: {float(row['delivered_jobs_per_s']):,.0f} jobs/s, Redis "
         f"{float(row['redis_cpu_utilisation']):.0%} busy, workers "
-        f"{float(row['workers_cpu_utilisation']):.0%}"
+        f"{_share(row, 'workers_cpu_utilisation'):.0%}"
         for k, row in sorted(rows.items())
     ]
     limits = {k: ceiling(row, pinned) for k, row in rows.items()}

@@ -13,13 +13,18 @@ from itertools import pairwise
 from typing import Any
 
 from .formatting import MISSING, duration, ms, num, table
-from .targets import MEMORY_BYTES, PENDING_RATIO, REDIS_SATURATED, ceiling
+from .targets import (
+    MACHINE_SATURATED,
+    MEMORY_BYTES,
+    PENDING_RATIO,
+    REDIS_SATURATED,
+    first_ceiling,
+)
 
 NOT_RUN = (
     "Not measured in this run (`--no-{flag}`, a run without redelay, or a JSON from before this "
     "section was part of `make bench`)."
 )
-MACHINE_SATURATED = 0.95  # every core this busy: the CPU, not Redis, was the limit
 
 
 def _not_measured(result: dict[str, Any], flag: str) -> str | None:
@@ -321,17 +326,17 @@ def worker_findings(summary: Sequence[dict[str, Any]], pinned: bool) -> str:
 
 
 def _ceiling_line(by_count: Sequence[dict[str, Any]], pinned: bool) -> str:
-    """The side whose CPU was full first as processes were added (targets.ceiling), or that
-    none was: then more processes should still have raised the rate."""
-    for row in by_count:
-        side = ceiling(row, pinned)
-        if side is not None:
-            return (
-                f"- **The ceiling: {side}**, full from {num(row['workers'])} process(es) on "
-                f"(Redis {num(float(row['redis_cpu_utilisation']) * 100)}% busy, the workers "
-                f"{num(float(row.get('workers_cpu_utilisation') or 0) * 100)}% of a core)."
-            )
-    return "- **The ceiling: not reached**: no side's CPU was full at any process count."
+    """The side whose CPU was full first as processes were added (targets.first_ceiling), or
+    that none was: then more processes should still have raised the rate."""
+    limited = first_ceiling(by_count, pinned)
+    if limited is None:
+        return "- **The ceiling: not reached**: no side's CPU was full at any process count."
+    row, side = limited
+    return (
+        f"- **The ceiling: {side}**, full from {num(row['workers'])} process(es) on "
+        f"(Redis {num(float(row['redis_cpu_utilisation']) * 100)}% busy, the workers "
+        f"{num(float(row.get('workers_cpu_utilisation') or 0) * 100)}% of a core)."
+    )
 
 
 def _quotient(more: dict[str, Any], fewer: dict[str, Any]) -> float | None:

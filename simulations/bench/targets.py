@@ -22,9 +22,11 @@ PENDING_RATIO = 0.2  # with 10M pending: within 20% of the same at 10,000
 WORKER_COUNTS = (1, 2, 4)
 REDIS_SATURATED = 0.9  # Redis this busy (of one core) is the limit: more workers cannot help
 # The workers' side is the limit when the cores they may use are this busy: pinned, every worker
-# shares the one client core (workers_cpu_utilisation); not pinned, they share the machine with
-# Redis (machine_cpu_busy). Either way a further process only splits the same CPU.
+# shares the one client core (workers_cpu_utilisation >= CLIENTS_SATURATED); not pinned, they
+# share the machine with Redis (machine_cpu_busy >= MACHINE_SATURATED). Either way a further
+# process only splits the same CPU.
 CLIENTS_SATURATED = 0.9
+MACHINE_SATURATED = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +205,19 @@ def ceiling(row: dict[str, Any], pinned: bool) -> str | None:
         return "Redis's core"
     if pinned and _share(row, "workers_cpu_utilisation") >= CLIENTS_SATURATED:
         return "the workers' core"
-    if not pinned and _share(row, "machine_cpu_busy") >= CLIENTS_SATURATED:
+    if not pinned and _share(row, "machine_cpu_busy") >= MACHINE_SATURATED:
         return "every core of the machine"
+    return None
+
+
+def first_ceiling(
+    rows: Sequence[dict[str, Any]], pinned: bool
+) -> tuple[dict[str, Any], str] | None:
+    """The row of the fewest processes at which a side's CPU was saturated, and which side."""
+    for row in sorted(rows, key=lambda r: int(r["workers"])):
+        side = ceiling(row, pinned)
+        if side is not None:
+            return row, side
     return None
 
 
@@ -227,10 +240,9 @@ def workers(worker_scale: dict[str, Any]) -> Verdict:
         f"{_share(row, 'workers_cpu_utilisation'):.0%}"
         for k, row in sorted(rows.items())
     ]
-    limits = {k: ceiling(row, pinned) for k, row in rows.items()}
-    first_limited = next((k for k in sorted(rows) if limits[k] is not None), None)
-    if first_limited is not None:
-        parts.append(f"ceiling: {limits[first_limited]} from {first_limited} process(es) on")
+    limited = first_ceiling(list(rows.values()), pinned)
+    if limited is not None:
+        parts.append(f"ceiling: {limited[1]} from {int(limited[0]['workers'])} process(es) on")
     lost = sum(
         int(row.get("missing") or 0) + int(row.get("duplicates") or 0) for row in rows.values()
     )
@@ -241,7 +253,7 @@ def workers(worker_scale: dict[str, Any]) -> Verdict:
         return Verdict(target, measured + " (not every count of the target ran)", None)
     steps_met = all(
         float(rows[more]["delivered_jobs_per_s"]) > float(rows[fewer]["delivered_jobs_per_s"])
-        or limits[fewer] is not None
+        or (limited is not None and fewer >= int(limited[0]["workers"]))
         for fewer, more in pairwise(WORKER_COUNTS)
     )
     return Verdict(target, measured, steps_met and not lost)

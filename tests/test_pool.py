@@ -5,14 +5,17 @@ pool's own loop. Driven by the fake clock: timeouts and extensions happen inside
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pykka
 import pytest
 import redis
 from _actor_support import events, notifiers_fixture, stats, stop_actors, wait_for  # noqa: F401
+from _reply_cut import ReplyCut
 
 from actors.clock import FakeClock
 from actors.job import Job, Retry
@@ -22,6 +25,7 @@ from actors.runtime.messages import Run, SetListener
 from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
+from actors.storage.scripts import shas, sources
 from actors.storage.store import Store
 from actors.values import Lease, TopicConfig
 
@@ -279,3 +283,129 @@ def test_acks_wait_out_a_redis_outage_and_are_sent_when_it_returns(
     wait_for(lambda: stats(pool)["acked"] == 3, "the acks after the outage")
     assert store.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 0}
     assert pool.is_alive()
+
+
+# -- a result whose reply was lost ---------------------------------------------------------------
+
+
+@pytest.fixture
+def reply_cut(redis_server: RedisProcess, tmp_path: Path) -> Iterator[ReplyCut]:
+    proxy = ReplyCut(redis_server.socket_path, str(tmp_path / "cut.sock"))
+    yield proxy
+    proxy.close()
+
+
+def pool_behind(
+    reply_cut: ReplyCut, clock: FakeClock, handler: Callable[[Job], Any]
+) -> tuple[pykka.ActorRef[ConsumerPool], Store]:
+    """A pool whose Redis connections go through ``reply_cut``, and a store that does not."""
+    direct = Store(redis.Redis(unix_socket_path=reply_cut.redis_socket), "test", clock)
+    direct.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=LEASE_MS))
+    for _, source in sources().values():  # the reply to lose is the script's, not a NOSCRIPT
+        direct.client.script_load(source)
+    behind = Store(redis.Redis.from_url(reply_cut.url), "test", clock)
+    return start_pool(behind, clock, handler), direct
+
+
+def pool_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """What the pool logged (the outage's own two lines come from actors.redis)."""
+    return [r for r in caplog.records if r.name == "actors.pool"]
+
+
+def resend_after_backoff(
+    clock: FakeClock, pool: pykka.ActorRef[Any], done: Callable[[], bool]
+) -> None:
+    """The pool sends again after its backoff, which runs on the fake clock."""
+
+    def advanced() -> bool:
+        clock.advance(100)
+        stats(pool)
+        return done()
+
+    wait_for(advanced, "the result sent again")
+
+
+def test_an_ack_that_ran_but_whose_reply_was_lost_counts_as_acked_not_as_a_lost_lease(
+    redis_client: redis.Redis,
+    reply_cut: ReplyCut,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="actors")
+    pool, direct = pool_behind(reply_cut, fake_clock, lambda job: None)
+    reply_cut.arm(shas()["ack"].encode())
+    run(pool, leased(direct, 1))
+
+    resend_after_backoff(fake_clock, pool, lambda: stats(pool)["acked"] == 1)
+    assert reply_cut.cuts == 1
+    # The first ack ran; the second, sent because its reply never came, was refused.
+    assert [e["e"] for e in events(direct, "j0")] == ["added", "leased", "acked", "rejected"]
+    assert stats(pool)["lost_leases"] == 0
+    assert not [r for r in pool_records(caplog) if r.levelno >= logging.WARNING]
+    assert any("already applied" in r.getMessage() for r in pool_records(caplog))
+
+
+def test_a_fail_that_ran_but_whose_reply_was_lost_is_reported_as_the_retry_it_was(
+    redis_client: redis.Redis,
+    reply_cut: ReplyCut,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="actors")
+
+    def broken(job: Job) -> None:
+        raise KeyError("sku")
+
+    pool, direct = pool_behind(reply_cut, fake_clock, broken)
+    reply_cut.arm(shas()["fail"].encode())
+    run(pool, leased(direct, 1))
+
+    resend_after_backoff(fake_clock, pool, lambda: stats(pool)["failed"] == 1)
+    assert reply_cut.cuts == 1
+    assert [e["e"] for e in events(direct, "j0")] == ["added", "leased", "failed", "rejected"]
+    assert stats(pool)["lost_leases"] == 0
+    loud = [r.getMessage() for r in pool_records(caplog) if r.levelno >= logging.WARNING]
+    assert loud == ["pool t: job j0 attempt 1 failed (KeyError: 'sku'); retried (delayed)"]
+
+
+def test_an_ack_refused_because_the_lease_expired_is_reported_as_lost(
+    topic: Store, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="actors")
+    gate = threading.Event()
+    pool = start_pool(topic, fake_clock, lambda job: gate.wait())
+    run(pool, leased(topic, 1))
+    fake_clock.advance(LEASE_MS)  # the pool's lease extension is not run: no CheckRunning yet
+    assert topic.expire() == (1, None)  # another consumer's sweeper takes the job back
+    gate.set()
+
+    wait_for(lambda: stats(pool)["lost_leases"] == 1, "the refused ack")
+    assert stats(pool)["acked"] == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "pool t: 1 results refused, their leases were lost"
+    ]
+
+
+def test_an_ack_for_a_job_redis_no_longer_has_is_not_reported_as_a_lost_lease(
+    topic: Store,
+    redis_client: redis.Redis,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What a Redis restarted without persistence looks like to a pool that sends its ack again.
+    caplog.set_level(logging.INFO, logger="actors")
+    gate = threading.Event()
+    pool = start_pool(topic, fake_clock, lambda job: gate.wait())
+    run(pool, leased(topic, 1))
+    redis_client.flushall()
+    gate.set()
+
+    wait_for(lambda: stats(pool)["running"] == 0 and stats(pool)["flushes"] >= 1, "the ack")
+    assert (stats(pool)["acked"], stats(pool)["lost_leases"]) == (0, 0)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.INFO,
+            "pool t: 1 results refused for jobs Redis no longer has (removed "
+            "meanwhile, or lost with Redis's data); nothing of them is left to run",
+        )
+    ]

@@ -42,11 +42,13 @@ from actors import _constants as c
 from actors import _rearm
 from actors.clock import Clock
 from actors.errors import ErrorCode
+from actors.runtime import _refusals
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime._handlers import Handler, Outcome, call_async, call_sync
 from actors.runtime._hooks import FailureHooks, call_hooks
 from actors.runtime._pipelines import AckLeasePipelines
+from actors.runtime._refusals import Op
 from actors.runtime._workers import EventLoopThread, Task, WorkerThreads
 from actors.runtime.messages import (
     CheckRunning,
@@ -160,6 +162,8 @@ class ConsumerPool(RedelayActor):
             "timeouts": 0,
             "lost_leases": 0,
             "rearmed": 0,  # refused because the handler re-armed its own job (actors/_rearm.py)
+            "applied_before": 0,  # refused when sent again: the first send ran, its reply was lost
+            "gone": 0,  # refused: Redis no longer has the job
             "released": 0,
             "extended": 0,
             "flushes": 0,
@@ -419,7 +423,9 @@ class ConsumerPool(RedelayActor):
             results = self.store.fail_many([f.row for f in fails], [f.traceback for f in fails])
             self.counts["flushes"] += 1
             self.counts["failed"] += len(fails)
-            self._count_failed(results, [(f.lease.topic, f.lease.id) for f in fails])
+            rows = [(f.lease.topic, f.lease.id, f.lease.token) for f in fails]
+            results, refused = self._settle(results, rows, "fail")
+            self._count_failed(results, refused)
             del self.fails[: len(fails)]
             for failure, result in zip(fails, results, strict=True):
                 self._failed(failure, result)
@@ -429,11 +435,11 @@ class ConsumerPool(RedelayActor):
         self, batch: list[tuple[str, str, str, str]], spans: list[Span | None], codes: list[Any]
     ) -> None:
         self.counts["flushes"] += 1
+        if codes.count(ErrorCode.OK) != len(codes):
+            codes, _ = self._settle(codes, [(a[0], a[1], a[2]) for a in batch], "ack")
         acked = codes.count(ErrorCode.OK)
         self.counts["acked"] += acked
         self.metrics.jobs("acked", acked)
-        if acked != len(codes):
-            self._count_lost(codes, [(a[0], a[1]) for a in batch])
         if self.tracing is not None:
             for span, code in zip(spans, codes, strict=True):
                 finish(span, "ack" if code == ErrorCode.OK else "lost")
@@ -521,7 +527,7 @@ class ConsumerPool(RedelayActor):
 
     def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
         """Logs a stored failed attempt and hands it to the hooks. A refused one (its lease was
-        lost) is not this worker's failure to report: _count_lost logged it."""
+        lost) is not this worker's failure to report: _settle logged it."""
         finish(failure.span, _span_outcome(failure, result), failure.error)
         if isinstance(result, ErrorCode):
             return
@@ -559,31 +565,69 @@ class ConsumerPool(RedelayActor):
                 self.listener.tell(SlotsFreed(self.slots_to_free))
             self.slots_to_free = 0
 
-    def _count_lost(self, results: list[Any], keys: list[tuple[str, str]]) -> int:
+    def _settle(
+        self, results: list[Any], rows: list[tuple[str, str, str]], op: Op
+    ) -> tuple[list[Any], int]:
+        """Sorts out and reports the results Redis refused (rows: topic, id, token). Returns
+        ``results`` with each refusal that this lease's own earlier send caused replaced by
+        what that send got, and how many stay refused.
+
+        Refused on purpose: a job its own handler re-armed (replaced while leased). Already
+        applied: the first send ran but its reply was lost with the connection, so the pool
+        sent it again. Gone: Redis no longer has the job. Only the rest lost their leases (the
+        job will run again or already runs elsewhere) and are warned of. The refused jobs'
+        histories tell (actors/runtime/_refusals.py): one round trip, only when some were
+        refused as NOT_LEASED and not re-armed."""
         refused = [
-            key
-            for r, key in zip(results, keys, strict=True)
-            if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED)
+            j for j, r in enumerate(results) if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED)
         ]
-        # A job its own handler re-armed (replaced while leased) was refused on purpose.
-        rearmed = sum(1 for topic, job_id in refused if _rearm.take(topic, job_id))
-        lost = len(refused) - rearmed
-        if rearmed:
-            self.counts["rearmed"] += rearmed
+        if not refused:
+            return results, 0
+        rearmed = {j for j in refused if _rearm.take(rows[j][0], rows[j][1])}
+        unsure = [j for j in refused if j not in rearmed and results[j] == ErrorCode.NOT_LEASED]
+        settled, applied, gone = list(results), 0, 0
+        try:
+            histories = self.store.jobs_entries([(rows[j][0], rows[j][1]) for j in unsure])
+        except redis.RedisError as exc:  # cannot tell: warned of as lost, as they may be
+            log.debug("pool %s: refused jobs' histories not read (%s)", self.topic, exc)
+            unsure, histories = [], []
+        for j, entries in zip(unsure, histories, strict=True):
+            if _refusals.gone(entries):
+                gone += 1
+            elif (reply := _refusals.applied_reply(entries, rows[j][2], op)) is not None:
+                settled[j] = reply
+                applied += 1
+        lost = len(refused) - len(rearmed) - applied - gone
+        self.counts["rearmed"] += len(rearmed)
+        self.counts["applied_before"] += applied
+        self.counts["gone"] += gone
+        if applied:
+            log.debug(
+                "pool %s: %d results were already applied: sent again after their replies were "
+                "lost with the connection",
+                self.topic,
+                applied,
+            )
+        if gone:
+            log.info(
+                "pool %s: %d results refused for jobs Redis no longer has (removed meanwhile, or "
+                "lost with Redis's data); nothing of them is left to run",
+                self.topic,
+                gone,
+            )
         if lost:
             self.counts["lost_leases"] += lost
             self.metrics.jobs("rejected", lost)
             log.warning("pool %s: %d results refused, their leases were lost", self.topic, lost)
-        return len(refused)
+        return settled, len(refused) - applied
 
-    def _count_failed(self, results: list[str | ErrorCode], keys: list[tuple[str, str]]) -> None:
+    def _count_failed(self, results: list[str | ErrorCode], refused: int) -> None:
         # Each accepted failure is one of: retried ("failed"), dead, or ended by its cancel.
-        lost = self._count_lost(results, keys)
         dead = results.count("dead")
         cancelled = results.count("cancelled")
         self.metrics.jobs("dead", dead)
         self.metrics.jobs("cancelled", cancelled)
-        self.metrics.jobs("failed", len(results) - dead - cancelled - lost)
+        self.metrics.jobs("failed", len(results) - dead - cancelled - refused)
 
     # -- timeouts and lease extension -------------------------------------------------------
 

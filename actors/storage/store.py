@@ -704,6 +704,17 @@ class Store(ShardPlan):
         return calls.history_entries(reply)
 
     @_cluster_errors
+    def jobs_entries(self, jobs: Sequence[tuple[str, str]]) -> list[list[AuditEntry]]:
+        """``job_entries`` of each (topic, id), read in one round trip per node."""
+        if not jobs:
+            return []
+        self._batch_limit(jobs, "jobs")
+        at = self._now()
+        named = [self._job_keys(topic, job_id) for topic, job_id in jobs]
+        replies = self._batch.run([calls.history(keys, at, job) for keys, job in named])
+        return [calls.history_entries(reply) for reply in replies]
+
+    @_cluster_errors
     def topics(self) -> list[str]:
         return sorted({decoded(t) for k in self.shard_keys for t in self.client.hkeys(k.topics)})
 

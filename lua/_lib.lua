@@ -251,6 +251,18 @@ local function count(counts_key, member, state, delta)
   rcall('HINCRBY', counts_key, topic .. '|' .. state, delta)
 end
 
+-- `HMGET key member...` over a long list in slices (see rcall_each_slice): the values in the
+-- members' order, false for a missing field. One command per slice rather than an HGET per job:
+-- each redis.call's conversions cost more than reading the field.
+local function hmget_each_slice(key, members)
+  local values = {}
+  for first = 1, #members, 1000 do
+    local slice = rcall('HMGET', key, unpack(members, first, math.min(first + 999, #members)))
+    for j = 1, #slice do values[first + j - 1] = slice[j] end
+  end
+  return values
+end
+
 local function load_record(jobs_key, member)
   local blob = rcall('HGET', jobs_key, member)
   if not blob then return nil end

@@ -19,15 +19,7 @@ local n = tonumber(ARGV[5])
 -- has no token and no record any more, so a repeat of it is rejected as NOT_LEASED.
 local members = {}
 for j = 0, n - 1 do members[j + 1] = ARGV[6 + j * 3] end
-local function hmget_all(key)
-  local values = {}
-  for first = 1, n, 1000 do
-    local slice = rcall('HMGET', key, unpack(members, first, math.min(first + 999, n)))
-    for j = 1, #slice do values[first + j - 1] = slice[j] end
-  end
-  return values
-end
-local current_tokens, blobs = hmget_all(k.tokens), hmget_all(k.jobs)
+local current_tokens, blobs = hmget_each_slice(k.tokens, members), hmget_each_slice(k.jobs, members)
 local acked, ended, leased_by_topic = {}, {}, {}
 local result = {}
 local fields = {'tok'}  -- one table for every acked event; audit writes its first `used` values

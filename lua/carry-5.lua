@@ -27,10 +27,15 @@ local due = rcall('ZRANGEBYSCORE', k.delayed, '-inf', now_ms, 'WITHSCORES', 'LIM
 local by_topic = {}
 local moved = {}
 local low = {}
+-- The records are read with one HMGET per slice, not an HGET per job (see hmget_each_slice).
+local due_members = {}
+for j = 1, #due, 2 do due_members[#due_members + 1] = due[j] end
+local blobs = hmget_each_slice(k.jobs, due_members)
 for j = 1, #due, 2 do
   local member = due[j]
   local due_ms = tonumber(due[j + 1])
-  local record = load_record(k.jobs, member)
+  local blob = blobs[(j + 1) / 2]
+  local record = blob and cmsgpack.unpack(blob) or nil
   local schedule, drop = nil, false
   if record and record['s'] then
     schedule, drop = pending_occurrence(k, member, record, due_ms)

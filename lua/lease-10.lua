@@ -45,11 +45,7 @@ local topic_lease_ms = topic_config(k.topics, topic)['l'] or DEFAULT_LEASE_MS
 -- ZADD per slice of the batch, not one command per job: most of a script's time goes to each
 -- redis.call's conversions and the interpreter, not to the commands' own work. The audit entry
 -- (one per job, as every transition writes) is the one per-job call left.
-local records = {}
-for first = 1, #members, 1000 do
-  local slice = rcall('HMGET', k.jobs, unpack(members, first, math.min(first + 999, #members)))
-  for j = 1, #slice do records[first + j - 1] = slice[j] end
-end
+local records = hmget_each_slice(k.jobs, members)
 local token_args, deadline_args = {}, {}
 local leased = 0
 -- Texts made once per call, not per job: the token's "<now_ms>-" and the deadline of the last

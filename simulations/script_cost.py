@@ -3,6 +3,7 @@
 One private redis-server; one namespace per variant of the scripts, each with ``--jobs`` ready
 jobs; the variants lease (``--batch`` at a time) and ack in turns of ``--chunk`` jobs, so a change
 in the machine's load hits them all alike, and the server's CPU (INFO cpu) is summed per variant.
+With ``--carry`` the jobs are delayed instead and the variants carry them, ``--batch`` per call.
 The variants are this checkout's scripts with one part of ``lua/_lib.lua`` turned off in a copy
 (never the scripts Redis runs for anyone else), to show what each part costs:
 
@@ -16,6 +17,7 @@ The last three are not options: every transition must write its audit entry. Wha
 of another directory as a variant (e.g. an older checkout's ``lua/``), to compare versions.
 
     python -m simulations.script_cost --batch 10 100
+    python -m simulations.script_cost --carry --batch 1000 --lua ../old/lua   # carry, two versions
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from __future__ import annotations
 import argparse
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
 from actors import DelayQueue
+from actors.clock import FakeClock
 from actors.server.embedded import RedisProcess
 from actors.storage.scripts import load_sources, lua_dir
 from actors.storage.store import Store
@@ -69,6 +73,29 @@ def _use_scripts(store: Store, directory: Path) -> None:
     }
 
 
+def _alternate(
+    admin: redis.Redis, stores: dict[str, Store], chunk: int, step: Callable[[Store], int]
+) -> dict[str, float]:
+    """Redis CPU microseconds per job for each variant: ``step`` (which returns the jobs it
+    moved, 0 once there are none) runs in turns of ``chunk`` jobs per variant, so a change in
+    the machine's load hits them all alike."""
+    spent = dict.fromkeys(stores, 0.0)
+    moved = dict.fromkeys(stores, 0)
+    left = set(stores)
+    while left:
+        for label in sorted(left):
+            store, before, turn = stores[label], _redis_cpu_s(admin), 0
+            while turn < chunk:
+                done = step(store)
+                if not done:
+                    left.discard(label)  # every job done
+                    break
+                turn += done
+            spent[label] += _redis_cpu_s(admin) - before
+            moved[label] += turn
+    return {label: spent[label] / max(1, moved[label]) * 1e6 for label in stores}
+
+
 def measure(
     url: str, variants: dict[str, Path], jobs: int, batch: int, chunk: int
 ) -> dict[str, float]:
@@ -85,27 +112,43 @@ def measure(
             )
         stores[label] = queue.store
         _use_scripts(queue.store, directory)
-    spent = dict.fromkeys(variants, 0.0)
-    moved = dict.fromkeys(variants, 0)
-    left = set(variants)
+
+    def lease_and_ack(store: Store) -> int:
+        leases = store.lease("t", batch, "cost")
+        if leases:
+            store.ack_many([(x.topic, x.id, x.token) for x in leases])
+        return len(leases)
+
     try:
-        while left:
-            for label in sorted(left):
-                store, before, turn = stores[label], _redis_cpu_s(admin), 0
-                while turn < chunk:
-                    leases = store.lease("t", batch, "cost")
-                    if not leases:
-                        left.discard(label)  # every job done
-                        break
-                    store.ack_many([(x.topic, x.id, x.token) for x in leases])
-                    turn += len(leases)
-                spent[label] += _redis_cpu_s(admin) - before
-                moved[label] += turn
+        return _alternate(admin, stores, chunk, lease_and_ack)
     finally:
         for queue in queues:
             queue.close()
         admin.close()
-    return {label: spent[label] / max(1, moved[label]) * 1e6 for label in variants}
+
+
+def measure_carry(
+    url: str, variants: dict[str, Path], jobs: int, batch: int, chunk: int
+) -> dict[str, float]:
+    """Redis CPU microseconds per job carried, ``batch`` per carry call, for each variant: the
+    jobs are added delayed on a fake clock, which then moves past their due time."""
+    admin = redis.Redis.from_url(url)
+    clock = FakeClock(1_700_000_000_000)
+    stores: dict[str, Store] = {}
+    for n, (label, directory) in enumerate(variants.items()):
+        store = Store(redis.Redis.from_url(url), f"carry{batch}x{n}", clock)
+        for start in range(0, jobs, 1_000):
+            ids = range(start, min(start + 1_000, jobs))
+            store.add_many([store.new_job("t", str(k), delay_ms=60_000) for k in ids])
+        _use_scripts(store, directory)
+        stores[label] = store
+    clock.advance(60_000)
+    try:
+        return _alternate(admin, stores, chunk, lambda store: store.carry(batch)[0])
+    finally:
+        for store in stores.values():
+            store.client.close()
+        admin.close()
 
 
 def main() -> None:
@@ -114,6 +157,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--chunk", type=int, default=500, help="jobs per turn")
     parser.add_argument("--lua", type=Path, action="append", default=[], help="another lua/")
+    parser.add_argument(
+        "--carry", action="store_true", help="carry delayed jobs (--batch per call) instead"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
         variants = {"as is": lua_dir()}
@@ -121,10 +167,12 @@ def main() -> None:
             variants[label] = _variant_dir(lua_dir(), functions, Path(directory) / label)
         for extra in args.lua:
             variants[str(extra)] = extra
+        what = "carry" if args.carry else "lease + ack"
         for batch in args.batch:
-            costs = measure(server.url, variants, args.jobs, batch, args.chunk)
+            run = measure_carry if args.carry else measure
+            costs = run(server.url, variants, args.jobs, batch, args.chunk)
             for label, us in costs.items():
-                print(f"batch {batch}: {label}: Redis CPU {us:.1f} us per job (lease + ack)")
+                print(f"batch {batch}: {label}: Redis CPU {us:.1f} us per job ({what})")
 
 
 if __name__ == "__main__":

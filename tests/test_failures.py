@@ -18,6 +18,7 @@ import pykka
 import pytest
 import redis
 from _actor_support import events, stats, stop_actors, wait_for  # noqa: F401
+from _wait import WAIT_S
 
 from actors import DelayQueue, Job
 from actors import _constants as c
@@ -201,12 +202,24 @@ def test_get_dead_list_and_history_show_the_traceback(
 # -- handlers that overrun their timeout ----------------------------------------------------------
 
 
+class CountedGate(threading.Event):
+    """An Event that counts its waiters in, so a test knows its handlers are running."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiters = threading.Semaphore(0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiters.release()
+        return super().wait(timeout)
+
+
 def test_a_timeout_is_logged_and_slots_held_by_it_are_reported_until_it_returns(
     store: Store, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="actors.pool")
     store.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=1_000))
-    gate = threading.Event()
+    gate = CountedGate()
     pool: pykka.ActorRef[Any] = ConsumerPool.start(
         store,
         fake_clock,
@@ -220,6 +233,9 @@ def test_a_timeout_is_logged_and_slots_held_by_it_are_reported_until_it_returns(
     store.add_many([store.new_job("t", f"j{n}") for n in range(2)])
     pool.tell(Run(tuple(store.lease("t", 2))))
     stats(pool)
+    # On a loaded machine a thread can take its job after the fake clock ran past the timeout:
+    # the stack kept with the attempt is the running handler's, so both must be running.
+    assert gate.waiters.acquire(timeout=WAIT_S) and gate.waiters.acquire(timeout=WAIT_S)
 
     def lines(text: str) -> list[str]:
         return [r.message for r in caplog.records if text in r.message]

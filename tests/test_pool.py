@@ -373,9 +373,10 @@ def test_an_ack_refused_because_the_lease_expired_is_reported_as_lost(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="actors")
     gate = threading.Event()
-    pool = start_pool(topic, fake_clock, lambda job: gate.wait())
+    # No lease extension: the pool's first check is after the lease ran out.
+    pool = start_pool(topic, fake_clock, lambda job: gate.wait(), check_interval_ms=60_000)
     run(pool, leased(topic, 1))
-    fake_clock.advance(LEASE_MS)  # the pool's lease extension is not run: no CheckRunning yet
+    fake_clock.advance(LEASE_MS)
     assert topic.expire() == (1, None)  # another consumer's sweeper takes the job back
     gate.set()
 
@@ -408,4 +409,30 @@ def test_an_ack_for_a_job_redis_no_longer_has_is_not_reported_as_a_lost_lease(
             "pool t: 1 results refused for jobs Redis no longer has (removed "
             "meanwhile, or lost with Redis's data); nothing of them is left to run",
         )
+    ]
+
+
+def test_an_ack_for_a_job_whose_history_was_trimmed_but_which_is_still_there_is_lost(
+    topic: Store,
+    redis_client: redis.Redis,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Redis full: the carrier trims the audit stream hard, and the index forgets trimmed jobs.
+    caplog.set_level(logging.INFO, logger="actors")
+    gate = threading.Event()
+    pool = start_pool(topic, fake_clock, lambda job: gate.wait(), check_interval_ms=60_000)
+    run(pool, leased(topic, 1))
+    fake_clock.advance(LEASE_MS)
+    assert topic.expire() == (1, None)  # it will run again
+    for key in redis_client.scan_iter("*"):
+        if redis_client.type(key) == b"stream" or key.endswith(b"history"):
+            redis_client.delete(key)
+    assert topic.job_entries("t", "j0") == [] and topic.get("t", "j0") is not None
+    gate.set()
+
+    wait_for(lambda: stats(pool)["lost_leases"] == 1, "the refused ack")
+    assert stats(pool)["gone"] == 0
+    assert [r.getMessage() for r in pool_records(caplog)] == [
+        "pool t: 1 results refused, their leases were lost"
     ]

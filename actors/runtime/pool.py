@@ -593,7 +593,10 @@ class ConsumerPool(RedelayActor):
             unsure, histories = [], []
         for j, entries in zip(unsure, histories, strict=True):
             if _refusals.gone(entries):
-                gone += 1
+                # The history can also be gone while the job stays (the stream trimmed hard,
+                # as while Redis is full): only a job that is not there either is gone.
+                if self._job_absent(rows[j][0], rows[j][1]):
+                    gone += 1
             elif (reply := _refusals.applied_reply(entries, rows[j][2], op)) is not None:
                 settled[j] = reply
                 applied += 1
@@ -620,6 +623,12 @@ class ConsumerPool(RedelayActor):
             self.metrics.jobs("rejected", lost)
             log.warning("pool %s: %d results refused, their leases were lost", self.topic, lost)
         return settled, len(refused) - applied
+
+    def _job_absent(self, topic: str, job_id: str) -> bool:
+        try:
+            return self.store.get(topic, job_id) is None
+        except redis.RedisError:  # cannot tell: warned of as lost, as it may be
+            return False
 
     def _count_failed(self, results: list[str | ErrorCode], refused: int) -> None:
         # Each accepted failure is one of: retried ("failed"), dead, or ended by its cancel.

@@ -436,3 +436,34 @@ def test_an_ack_for_a_job_whose_history_was_trimmed_but_which_is_still_there_is_
     assert [r.getMessage() for r in pool_records(caplog)] == [
         "pool t: 1 results refused, their leases were lost"
     ]
+
+
+def test_an_applied_ack_is_told_apart_even_when_its_id_was_reused_and_leased_meanwhile(
+    redis_client: redis.Redis,
+    reply_cut: ReplyCut,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="actors")
+    pool, direct = pool_behind(reply_cut, fake_clock, lambda job: None)
+    reply_cut.arm(shas()["ack"].encode())
+    run(pool, leased(direct, 1))
+    wait_for(lambda: reply_cut.cuts == 1, "the ack's reply lost")
+    # Before the pool sends it again (its backoff waits on the fake clock): a new job, same id.
+    direct.add(direct.new_job("t", "j0", {"n": "again"}))
+    (again,) = direct.lease("t", 1, "another worker")
+
+    resend_after_backoff(fake_clock, pool, lambda: stats(pool)["acked"] == 1)
+    assert [e["e"] for e in events(direct, "j0")] == [
+        "added",
+        "leased",
+        "acked",
+        "added",
+        "leased",
+        "rejected",
+    ]
+    assert events(direct, "j0")[-1]["code"] == "-3"  # STALE_TOKEN: the new job's lease is current
+    assert stats(pool)["lost_leases"] == 0
+    assert not [r for r in pool_records(caplog) if r.levelno >= logging.WARNING]
+    info = direct.get("t", "j0")
+    assert info is not None and info.token == again.token  # the new job is untouched

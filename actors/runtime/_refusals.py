@@ -1,11 +1,13 @@
 """What a refused result means, read from the job's own history.
 
-A result (an ack or a fail) is refused as NOT_LEASED when the job holds no lease. Most often the
-lease was lost: it expired, another consumer's sweeper took the job back, and it will run again.
-But a connection can drop after Redis ran the result and before its reply arrived; the pool then
-sends the result again, and that second send is refused because the first one ended the lease.
-And a job can be gone altogether (erased, or lost when Redis restarted without its data), with
-nothing of it left to run.
+A result (an ack or a fail) is refused when its token is not the job's current lease: NOT_LEASED
+when the job holds none, STALE_TOKEN when another lease is current. Most often the lease was lost:
+it expired, another consumer's sweeper took the job back, and it will run again (or already runs
+elsewhere). But a connection can drop after Redis ran the result and before its reply arrived;
+the pool then sends the result again, and that second send is refused because the first one
+ended the lease (STALE_TOKEN if the id was added again and leased meanwhile). And a job can be
+gone altogether (erased, or lost when Redis restarted without its data), with nothing of it left
+to run.
 
 Only the first is a lost lease worth a warning. The audit stream tells them apart: every lease
 is a ``leased`` event with its token, and the event after it says how that lease ended.

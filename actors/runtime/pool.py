@@ -577,14 +577,15 @@ class ConsumerPool(RedelayActor):
         sent it again. Gone: Redis no longer has the job. Only the rest lost their leases (the
         job will run again or already runs elsewhere) and are warned of. The refused jobs'
         histories tell (actors/runtime/_refusals.py): one round trip, only when some were
-        refused as NOT_LEASED and not re-armed."""
+        refused and not re-armed. A STALE_TOKEN can be an applied result too: the job acked by
+        the first send, then added again under its id and leased elsewhere."""
         refused = [
             j for j, r in enumerate(results) if r in (ErrorCode.STALE_TOKEN, ErrorCode.NOT_LEASED)
         ]
         if not refused:
             return results, 0
         rearmed = {j for j in refused if _rearm.take(rows[j][0], rows[j][1])}
-        unsure = [j for j in refused if j not in rearmed and results[j] == ErrorCode.NOT_LEASED]
+        unsure = [j for j in refused if j not in rearmed]
         settled, applied, gone = list(results), 0, 0
         try:
             histories = self.store.jobs_entries([(rows[j][0], rows[j][1]) for j in unsure])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 CHUNK = 65_536
 
@@ -56,52 +57,65 @@ class ReplyCut:
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             server.connect(self.redis_socket)
             self._sockets += [client, server]
-            cut = threading.Event()  # set once this connection's next reply is to be lost
-            threading.Thread(target=self._requests, args=(client, server, cut), daemon=True).start()
-            threading.Thread(target=self._replies, args=(server, client, cut), daemon=True).start()
+            link = _Link(self, client, server)
+            for source, target, drop in (
+                (client, server, link.request),
+                (server, client, link.reply),
+            ):
+                threading.Thread(
+                    target=_pump, args=(source, target, drop, link.sockets), daemon=True
+                ).start()
 
-    def _requests(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
-        seen = b""  # the end of the previous chunk, so a pattern split across two is found
-        while True:
-            try:
-                data = client.recv(CHUNK)
-            except OSError:
-                data = b""
-            if not data:
-                _close(client, server)
-                return
-            with self._lock:
-                pattern = self._pattern
-                if pattern is not None and pattern in seen + data:
-                    self._pattern = None
-                    cut.set()  # before sending: the reply must not slip through
-            seen = data[-256:]
-            try:
-                server.sendall(data)
-            except OSError:
-                _close(client, server)
-                return
 
-    def _replies(self, server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
-        while True:
-            try:
-                data = server.recv(CHUNK)
-            except OSError:
-                data = b""
-            if not data:
-                _close(client, server)
-                return
-            if cut.is_set():
-                # The request ran on Redis (here is its answer); the client never learns so.
-                with self._lock:
-                    self.cuts += 1
-                _close(client, server)
-                return
-            try:
-                client.sendall(data)
-            except OSError:
-                _close(client, server)
-                return
+class _Link:
+    """One client connection and its own connection to Redis."""
+
+    def __init__(self, cut: ReplyCut, client: socket.socket, server: socket.socket) -> None:
+        self.proxy = cut
+        self.sockets = (client, server)
+        self.cutting = False  # this connection's next reply is to be lost
+        self.tail = b""  # the end of the last request chunk: a pattern split in two is found
+
+    def request(self, data: bytes) -> bool:
+        """Every request goes on to Redis; the one with the pattern marks its reply lost."""
+        proxy = self.proxy
+        with proxy._lock:
+            if proxy._pattern is not None and proxy._pattern in self.tail + data:
+                proxy._pattern = None
+                self.cutting = True  # before it is sent: the reply must not slip through
+        self.tail = data[-256:]
+        return False
+
+    def reply(self, data: bytes) -> bool:
+        """True (throw it away, close) for the answer to the marked request: it ran on Redis
+        and the client never learns so."""
+        if self.cutting:
+            with self.proxy._lock:
+                self.proxy.cuts += 1
+        return self.cutting
+
+
+def _pump(
+    source: socket.socket,
+    target: socket.socket,
+    drop: Callable[[bytes], bool],
+    both: tuple[socket.socket, socket.socket],
+) -> None:
+    """Passes what ``source`` sends on to ``target`` until either side closes, or until
+    ``drop`` says a chunk is to be thrown away, which closes the connection's two sockets."""
+    while True:
+        try:
+            data = source.recv(CHUNK)
+        except OSError:
+            data = b""
+        if not data or drop(data):
+            _close(*both)
+            return
+        try:
+            target.sendall(data)
+        except OSError:
+            _close(*both)
+            return
 
 
 def _close(*sockets: socket.socket) -> None:

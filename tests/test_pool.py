@@ -307,6 +307,35 @@ def pool_behind(
     return start_pool(behind, clock, handler), direct
 
 
+def pool_losing_a_reply(
+    reply_cut: ReplyCut,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    script: str,
+    handler: Callable[[Job], Any],
+) -> tuple[pykka.ActorRef[ConsumerPool], Store]:
+    """A pool behind ``reply_cut`` running one leased job, whose first ``script`` call will run
+    on Redis and lose its reply; everything logged is captured."""
+    caplog.set_level(logging.DEBUG, logger="actors")
+    pool, direct = pool_behind(reply_cut, clock, handler)
+    reply_cut.arm(shas()[script].encode())
+    run(pool, leased(direct, 1))
+    return pool, direct
+
+
+def pool_whose_lease_expired(
+    topic: Store, clock: FakeClock
+) -> tuple[pykka.ActorRef[ConsumerPool], threading.Event]:
+    """A pool running one job held on the returned gate, whose lease another consumer's sweeper
+    took back; the pool does not know yet (its first check is after the lease ran out)."""
+    gate = threading.Event()
+    pool = start_pool(topic, clock, lambda job: gate.wait(), check_interval_ms=60_000)
+    run(pool, leased(topic, 1))
+    clock.advance(LEASE_MS)
+    assert topic.expire() == (1, None)  # it will run again
+    return pool, gate
+
+
 def pool_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     """What the pool logged (the outage's own two lines come from actors.redis)."""
     return [r for r in caplog.records if r.name == "actors.pool"]
@@ -331,10 +360,7 @@ def test_an_ack_that_ran_but_whose_reply_was_lost_counts_as_acked_not_as_a_lost_
     fake_clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="actors")
-    pool, direct = pool_behind(reply_cut, fake_clock, lambda job: None)
-    reply_cut.arm(shas()["ack"].encode())
-    run(pool, leased(direct, 1))
+    pool, direct = pool_losing_a_reply(reply_cut, fake_clock, caplog, "ack", lambda job: None)
 
     resend_after_backoff(fake_clock, pool, lambda: stats(pool)["acked"] == 1)
     assert reply_cut.cuts == 1
@@ -351,14 +377,11 @@ def test_a_fail_that_ran_but_whose_reply_was_lost_is_reported_as_the_retry_it_wa
     fake_clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="actors")
 
     def broken(job: Job) -> None:
         raise KeyError("sku")
 
-    pool, direct = pool_behind(reply_cut, fake_clock, broken)
-    reply_cut.arm(shas()["fail"].encode())
-    run(pool, leased(direct, 1))
+    pool, direct = pool_losing_a_reply(reply_cut, fake_clock, caplog, "fail", broken)
 
     resend_after_backoff(fake_clock, pool, lambda: stats(pool)["failed"] == 1)
     assert reply_cut.cuts == 1
@@ -372,12 +395,7 @@ def test_an_ack_refused_because_the_lease_expired_is_reported_as_lost(
     topic: Store, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="actors")
-    gate = threading.Event()
-    # No lease extension: the pool's first check is after the lease ran out.
-    pool = start_pool(topic, fake_clock, lambda job: gate.wait(), check_interval_ms=60_000)
-    run(pool, leased(topic, 1))
-    fake_clock.advance(LEASE_MS)
-    assert topic.expire() == (1, None)  # another consumer's sweeper takes the job back
+    pool, gate = pool_whose_lease_expired(topic, fake_clock)
     gate.set()
 
     wait_for(lambda: stats(pool)["lost_leases"] == 1, "the refused ack")
@@ -420,11 +438,7 @@ def test_an_ack_for_a_job_whose_history_was_trimmed_but_which_is_still_there_is_
 ) -> None:
     # Redis full: the carrier trims the audit stream hard, and the index forgets trimmed jobs.
     caplog.set_level(logging.INFO, logger="actors")
-    gate = threading.Event()
-    pool = start_pool(topic, fake_clock, lambda job: gate.wait(), check_interval_ms=60_000)
-    run(pool, leased(topic, 1))
-    fake_clock.advance(LEASE_MS)
-    assert topic.expire() == (1, None)  # it will run again
+    pool, gate = pool_whose_lease_expired(topic, fake_clock)
     for key in redis_client.scan_iter("*"):
         if redis_client.type(key) == b"stream" or key.endswith(b"history"):
             redis_client.delete(key)
@@ -444,10 +458,7 @@ def test_an_applied_ack_is_told_apart_even_when_its_id_was_reused_and_leased_mea
     fake_clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="actors")
-    pool, direct = pool_behind(reply_cut, fake_clock, lambda job: None)
-    reply_cut.arm(shas()["ack"].encode())
-    run(pool, leased(direct, 1))
+    pool, direct = pool_losing_a_reply(reply_cut, fake_clock, caplog, "ack", lambda job: None)
     wait_for(lambda: reply_cut.cuts == 1, "the ack's reply lost")
     # Before the pool sends it again (its backoff waits on the fake clock): a new job, same id.
     direct.add(direct.new_job("t", "j0", {"n": "again"}))

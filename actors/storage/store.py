@@ -694,14 +694,12 @@ class Store(ShardPlan):
         (reply,) = self._batch.run([calls.inspect(keys, self._now(), job)])
         return calls.inspected(topic, job_id, reply)
 
-    @_cluster_errors
     def job_entries(self, topic: str, job_id: str) -> list[AuditEntry]:
         """The job's audit entries, oldest first, read through its shard's per-job index in one
         round trip: O(its own events), whatever the stream's length. Entries retention trimmed
         are gone; events an older redelay wrote, before the index existed, are not indexed."""
-        keys, job = self._job_keys(topic, job_id)
-        (reply,) = self._batch.run([calls.history(keys, self._now(), job)])
-        return calls.history_entries(reply)
+        (entries,) = self.jobs_entries([(topic, job_id)])
+        return entries
 
     @_cluster_errors
     def jobs_entries(self, jobs: Sequence[tuple[str, str]]) -> list[list[AuditEntry]]:

@@ -7,6 +7,9 @@
 -- ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
 -- Returns: {0} on success, or {-2, member...} listing members that already exist (nothing written).
+-- A call whose every job already exists with the very record it sends returns {0} and writes
+-- nothing: it is a resend of a call that ran (its reply was lost, and redis-py or the caller sent
+-- it again), because a record holds its created ms as well as its body and due time.
 -- Errors: -2 EXISTS.
 -- Events: added {due, to=delayed|ready}. Touches ready lists <prefix>ready:<topic> (same hash tag).
 -- Publishes: on <prefix>wake (ARGV[5]; "" for none), the earliest new due time when it is earlier
@@ -22,16 +25,22 @@ local n = tonumber(ARGV[6])
 
 -- One HMGET per slice of 1000 members rather than one HEXISTS per job: a command per job costs
 -- more than the check itself. A new job's field is missing (false), so nothing is copied for it.
-local existing = {-2}
+local existing, resent = {-2}, 0
 for first = 0, n - 1, 1000 do
   local last = math.min(first + 999, n - 1)
   local members = {}
   for j = first, last do members[#members + 1] = ARGV[7 + j * 4] end
   local found = rcall('HMGET', k.jobs, unpack(members))
   for m = 1, #members do
-    if found[m] then existing[#existing + 1] = members[m] end
+    if found[m] then
+      existing[#existing + 1] = members[m]
+      if found[m] == ARGV[7 + (first + m - 1) * 4 + 2] then resent = resent + 1 end
+    end
   end
 end
+-- Only the whole call counts as a resend: one job missing or changed (acked, failed since) makes
+-- it a new add of existing jobs, refused as usual, so nothing runs twice.
+if resent == n then return {0} end
 if #existing > 1 then return existing end
 
 local earliest = rcall('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')

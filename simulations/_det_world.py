@@ -235,8 +235,9 @@ class World:
                 self.producer.add_many(specs)
                 break
             except JobExistsError:
-                # The script ran but its reply was lost with a killed connection, and redis-py
-                # sent it again: the jobs are in.
+                # The script ran but its reply was lost with a killed connection, and a job of
+                # it changed before this try (a resend of unchanged jobs succeeds): the jobs
+                # are in.
                 self.counters.bump("add_replies_lost")
                 break
             except redis.ConnectionError:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from _reply_cut import ReplyCut
 from _wait import WAIT_S
 from hypothesis import HealthCheck, Phase, settings
 
@@ -104,3 +105,11 @@ def fake_clock() -> FakeClock:
 @pytest.fixture
 def store(redis_client: redis.Redis, fake_clock: FakeClock) -> Store:
     return Store(redis_client, "test", fake_clock)
+
+
+@pytest.fixture
+def reply_cut(redis_server: RedisProcess, tmp_path: Path) -> Iterator[ReplyCut]:
+    """A forwarder in front of ``redis_server`` that loses one reply when armed (_reply_cut.py)."""
+    proxy = ReplyCut(redis_server.socket_path, str(tmp_path / "cut.sock"))
+    yield proxy
+    proxy.close()

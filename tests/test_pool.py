@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -286,13 +285,6 @@ def test_acks_wait_out_a_redis_outage_and_are_sent_when_it_returns(
 
 
 # -- a result whose reply was lost ---------------------------------------------------------------
-
-
-@pytest.fixture
-def reply_cut(redis_server: RedisProcess, tmp_path: Path) -> Iterator[ReplyCut]:
-    proxy = ReplyCut(redis_server.socket_path, str(tmp_path / "cut.sock"))
-    yield proxy
-    proxy.close()
 
 
 def pool_behind(

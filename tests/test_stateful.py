@@ -120,6 +120,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.lapsed: set[str] = set()  # tokens a live consumer held past the deadline
         self.tokens_seen: set[str] = set()
         self.cancelled: set[Key] = set()  # keys whose latest job the test cancelled or purged
+        # Numbers every add, in its bodies: a second add of a stored job is then never the very
+        # record stored, which the script would take for a resend (test_add_resend.py).
+        self.adds = 0
         self.clean = True  # False while a rule runs; teardown drains only after a clean step
 
     # -- helpers ----------------------------------------------------------------------------
@@ -209,8 +212,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(target=keys, key=keys_st, delay=delays_st, retry=schedules_st, lease=leases_st)
     def add(self, key: Key, delay: int, retry: list[int] | None, lease: int | None) -> Key:
         self.begin()
+        self.adds += 1
         job = self.store.new_job(
-            *key, {"id": key[1]}, delay_ms=delay, retry_ms=retry, lease_ms=lease
+            *key, {"id": key[1], "add": self.adds}, delay_ms=delay, retry_ms=retry, lease_ms=lease
         )
         if key in self.model.jobs:
             with pytest.raises(JobExistsError) as caught:
@@ -232,7 +236,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     )
     def add_many(self, picked: list[Key], delay: int) -> object:
         self.begin()
-        jobs = [self.store.new_job(*key, delay_ms=delay) for key in picked]
+        self.adds += 1
+        jobs = [self.store.new_job(*key, {"add": self.adds}, delay_ms=delay) for key in picked]
         existing = [key for key in picked if key in self.model.jobs]
         if existing:
             with pytest.raises(JobExistsError) as caught:

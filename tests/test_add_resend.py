@@ -1,0 +1,113 @@
+"""An add whose reply was lost, sent again: the resend of a call that ran is not a conflict.
+
+The add script stores each job's record with its created ms, so a call sent twice carries the
+very same records; a second add of the same ids (a new call, a later ms) does not. The script
+returns success, writing nothing, only when every job of the call is stored with the record it
+sends; anything else is refused as before. Real redis-server throughout; ``reply_cut`` loses the
+add's reply after Redis ran it, as a dropped connection does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from _reply_cut import ReplyCut
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from actors import AsyncDelayQueue, DelayQueue, JobExistsError
+from actors.clock import FakeClock
+from actors.errors import ErrorCode
+from actors.storage.scripts import shas, sources
+from actors.storage.store import Store
+
+
+def fingerprint(client: redis.Redis) -> dict[bytes, Any]:
+    return {key: client.dump(key) for key in sorted(client.keys("*"))}  # type: ignore[misc]
+
+
+def kinds(store: Store, job_id: str) -> list[str]:
+    return [fields["e"] for _, fields in store.job_entries("mail", job_id)]
+
+
+def arm_for_add(reply_cut: ReplyCut, direct: redis.Redis) -> None:
+    """Loses the reply to the next add script call (loaded first, so it is not a NOSCRIPT)."""
+    for _, source in sources().values():
+        direct.script_load(source)
+    reply_cut.arm(shas()["add"].encode())
+
+
+def test_a_client_retry_after_a_lost_reply_returns_new_and_adds_once(
+    reply_cut: ReplyCut, redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    # redis-py sends the command again on the new connection by itself.
+    retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
+    queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
+    arm_for_add(reply_cut, redis_client)
+    try:
+        assert queue.add("mail", "42", {"n": 1}, delay=60) == "new"
+        assert queue.add_many([{"topic": "mail", "id": "43", "delay": 60}]) == ["new"]
+    finally:
+        queue.close()
+    assert reply_cut.cuts == 1
+    store = Store(redis_client, "test", fake_clock)
+    assert kinds(store, "42") == ["added"]  # the resend wrote no second entry
+    assert store.stats()["mail"]["delayed"] == 2
+
+
+def test_the_async_producer_is_the_same(
+    reply_cut: ReplyCut, redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    async def add_through_the_cut() -> str:
+        retrying = aredis.Redis.from_url(reply_cut.url, retry=AsyncRetry(NoBackoff(), 3))
+        queue = AsyncDelayQueue(retrying, "test", clock=fake_clock)
+        try:
+            return await queue.add("mail", "42", {"n": 1}, delay=60)
+        finally:
+            await queue.aclose()
+
+    arm_for_add(reply_cut, redis_client)
+    assert asyncio.run(add_through_the_cut()) == "new"
+    assert reply_cut.cuts == 1
+    assert kinds(Store(redis_client, "test", fake_clock), "42") == ["added"]
+
+
+def test_the_same_call_twice_writes_once(store: Store) -> None:
+    jobs = [store.new_job("mail", str(n), {"n": n}, delay_ms=60_000) for n in range(3)]
+    assert store.add_many(jobs) == ["new"] * 3
+    before = fingerprint(store.client)
+    assert store.add_many(jobs) == ["new"] * 3
+    assert fingerprint(store.client) == before
+
+
+def test_a_later_add_of_the_same_job_is_refused(store: Store, fake_clock: FakeClock) -> None:
+    job = store.new_job("mail", "42", {"n": 1}, delay_ms=60_000)
+    store.add(job)
+    before = fingerprint(store.client)
+    fake_clock.advance(1)  # same body and due time, but another call: another created ms
+    with pytest.raises(JobExistsError) as caught:
+        store.add(job)
+    assert caught.value.jobs == [("mail", "42")]
+    assert fingerprint(store.client) == before
+
+
+def test_a_resend_is_refused_once_a_job_of_it_has_changed(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """A job acked or failed since the first send cannot be told from one never added, so the
+    call is refused as a whole: nothing runs twice."""
+    jobs = [store.new_job("mail", str(n), delay_ms=0) for n in range(3)]
+    store.add_many(jobs)
+    first, second, _ = store.lease("mail", 3)
+    assert store.ack("mail", first.id, first.token) == ErrorCode.OK
+    assert store.fail("mail", second.id, second.token, "boom") == "delayed"
+    before = fingerprint(store.client)
+    with pytest.raises(JobExistsError) as caught:
+        store.add_many(jobs)
+    assert caught.value.jobs == [("mail", "1"), ("mail", "2")]
+    assert fingerprint(store.client) == before

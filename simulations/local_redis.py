@@ -9,6 +9,7 @@ a few seconds; production values are larger (see docs/scaling.md).
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import shutil
 import signal
@@ -21,10 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from actors.server.embedded import find_redis_server
+
+log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 _BUS_OFFSET = 10_000  # Redis 6.2 puts the cluster bus at port + 10000 (7.0 can choose it)
@@ -39,13 +44,32 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+# The lowest port tried. Every port chosen is also under the kernel's ephemeral range, from which
+# outgoing connections (the suite's clients, the cluster nodes' links to each other) take their
+# local ports: a chosen port could be taken that way between the check and the server's bind.
+_LOWEST_PORT = 12_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_ports(count: int, *, with_bus: bool = False, taken: set[int] | None = None) -> list[int]:
-    """Ports free right now (and their bus ports); another process may still take one first."""
+    """Ports free right now (and their bus ports), under the ephemeral range; another process
+    may still bind one first."""
     rng = random.Random()
     chosen: list[int] = []
     avoid = set(taken or ())
+    highest = _ephemeral_low() - (_BUS_OFFSET if with_bus else 0)
+    if highest - _LOWEST_PORT < 10 * count:  # a range moved down this far: above it, as before
+        highest = 55_000 - _BUS_OFFSET if with_bus else 60_000
     for _ in range(10_000):
-        port = rng.randrange(20_000, 55_000 - _BUS_OFFSET if with_bus else 60_000)
+        port = rng.randrange(_LOWEST_PORT, highest)
         wanted = [port, port + _BUS_OFFSET] if with_bus else [port]
         if any(p in avoid for p in wanted) or not all(_port_is_free(p) for p in wanted):
             continue
@@ -94,10 +118,12 @@ class ServerProcess:
     def responds(self) -> bool:
         if self.process is None or self.process.poll() is not None:
             raise RuntimeError(f"redis on port {self.port} exited: {self.log_tail()}")
-        client = self.client(socket_timeout=1)
+        # One try a check (redis-py's own retries would sit out the deadline): a port another
+        # process listens on answers nothing, and the next check sees this server exited.
+        client = self.client(socket_timeout=1, retry=Retry(NoBackoff(), 0))
         try:
             return bool(client.ping())
-        except redis.ConnectionError:
+        except (redis.ConnectionError, redis.TimeoutError):
             return False
         finally:
             client.close()
@@ -161,6 +187,17 @@ class LocalCluster:
     nodes: list[ServerProcess] = field(default_factory=list)
 
     def start(self) -> LocalCluster:
+        """Starts the nodes and creates the cluster. A node that exits at start (another
+        process bound its port first) or a create that fails starts everything again once, on
+        new ports: the second failure is raised."""
+        try:
+            return self._start_once()
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            log.warning("local cluster did not start (%s); trying again on new ports", exc)
+            return self._start_once()
+
+    def _start_once(self) -> LocalCluster:
+        self.nodes = []
         total = self.masters * (1 + self.replicas)
         for port in free_ports(total, with_bus=True):
             directory = self.directory / f"node-{port}"

@@ -109,6 +109,12 @@ def test_worker_steps_must_rise_until_a_named_cpu_is_the_ceiling() -> None:
     redis_full = [{**rising[0], "redis_cpu_utilisation": 0.95}, two_fewer, four_fewer]
     redis_first = targets.workers({"pinned": True, "summary": redis_full})
     assert redis_first.met is True and "ceiling: Redis's core from 1" in redis_first.measured
+    # 2 -> 4 falls, but Redis was already 90% busy at 2: Redis is the limit.
+    saturated = [rising[0], {**rising[1], "redis_cpu_utilisation": 0.90}, four_fewer]
+    assert targets.workers({"pinned": True, "summary": saturated}).met is True
+    # Fewer than three steps, or no section: not measured.
+    assert targets.workers({"pinned": True, "summary": rising}).met is None
+    assert targets.workers({}).met is None
 
 
 def test_worker_runs_that_lose_a_job_fail_whatever_the_rates() -> None:
@@ -130,3 +136,42 @@ def test_the_worker_section_names_the_ceiling_the_verdict_found() -> None:
     assert "**The ceiling: the workers' core**, full from 1 process(es) on" in pinned
     loose = scale_report.worker_findings(summary, pinned=False)
     assert "**The ceiling: not reached**" in loose
+
+
+# -- the scale targets, from hand-made section results --------------------------------------
+
+
+def _pending_section(large: int, small: int, rate: float, p50: float, p99: float) -> dict[str, Any]:
+    comparison = {"large_pending": large, "small_pending": small, "delivery_rate_ratio": rate}
+    comparison |= {"lateness_p50_ratio": p50, "lateness_p99_ratio": p99}
+    return {"comparison": comparison}
+
+
+def test_pending_is_met_within_20_percent_at_the_targets_sizes_only() -> None:
+    assert targets.pending(_pending_section(10_000_000, 10_000, 0.83, 1.02, 1.06)).met is True
+    assert targets.pending(_pending_section(10_000_000, 10_000, 0.79, 1.02, 1.06)).met is False
+    assert targets.pending(_pending_section(10_000_000, 10_000, 0.9, 1.21, 1.0)).met is False
+    assert targets.pending(_pending_section(100_000, 10_000, 1.0, 1.0, 1.0)).met is None
+    failed = targets.pending({"skipped": "failed: boom"})
+    assert (failed.met, failed.measured) == (None, "failed: boom")
+    assert targets.pending({}).met is None
+
+
+def test_memory_is_judged_on_the_enqueue_run_and_the_largest_pending_size() -> None:
+    batch: dict[str, Any] = {"system": "redelay", "scenario": "enqueue-batch"}
+    batch |= {"redis_memory_bytes_per_pending_job_without_audit": 290}
+    batch |= {"redis_memory_bytes_per_pending_job": 400}
+
+    def at_scale(per_job: float) -> dict[str, Any]:
+        memory = {"bytes_per_pending_job_without_stream": per_job}
+        return {
+            "runs": [
+                {"pending": 10_000, "memory": memory},
+                {"pending": 10_000_000, "memory": memory},
+            ]
+        }
+
+    assert targets.memory([batch], at_scale(299)).met is True
+    verdict = targets.memory([batch], at_scale(497))
+    assert verdict.met is False and "497 B without it at 10,000,000 pending" in verdict.measured
+    assert targets.memory([], at_scale(250)).met is True

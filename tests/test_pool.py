@@ -20,7 +20,7 @@ from actors.clock import FakeClock
 from actors.job import Job, Retry
 from actors.runtime._handlers import Outcome
 from actors.runtime.listener import TopicListener
-from actors.runtime.messages import Run, SetListener
+from actors.runtime.messages import Drain, Run, SetListener
 from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
@@ -288,7 +288,7 @@ def test_acks_wait_out_a_redis_outage_and_are_sent_when_it_returns(
 
 
 def pool_behind(
-    reply_cut: ReplyCut, clock: FakeClock, handler: Callable[[Job], Any]
+    reply_cut: ReplyCut, clock: FakeClock, handler: Callable[[Job], Any], **kwargs: Any
 ) -> tuple[pykka.ActorRef[ConsumerPool], Store]:
     """A pool whose Redis connections go through ``reply_cut``, and a store that does not."""
     direct = Store(redis.Redis(unix_socket_path=reply_cut.redis_socket), "test", clock)
@@ -296,7 +296,7 @@ def pool_behind(
     for _, source in sources().values():  # the reply to lose is the script's, not a NOSCRIPT
         direct.client.script_load(source)
     behind = Store(redis.Redis.from_url(reply_cut.url), "test", clock)
-    return start_pool(behind, clock, handler), direct
+    return start_pool(behind, clock, handler, **kwargs), direct
 
 
 def pool_losing_a_reply(
@@ -470,3 +470,33 @@ def test_an_applied_ack_is_told_apart_even_when_its_id_was_reused_and_leased_mea
     assert not [r for r in pool_records(caplog) if r.levelno >= logging.WARNING]
     info = direct.get("t", "j0")
     assert info is not None and info.token == again.token  # the new job is untouched
+
+
+def test_a_release_that_ran_but_whose_reply_was_lost_warns_without_claiming_the_jobs_held(
+    redis_client: redis.Redis,
+    reply_cut: ReplyCut,
+    fake_clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At a drain the pool gives back a job it had not started; the release runs on Redis and
+    its reply is lost. The warning must hold either way: the job is in fact ready again."""
+    gate = threading.Event()
+    pool, direct = pool_behind(reply_cut, fake_clock, lambda job: gate.wait(), concurrency=1)
+    caplog.set_level(logging.WARNING, logger="actors")
+    reply_cut.arm(shas()["release"].encode())
+    run(pool, leased(direct, 2))  # j0 runs, j1 waits for the one slot
+
+    pool.tell(Drain())
+    wait_for(lambda: reply_cut.cuts == 1, "the release's reply lost")
+    gate.set()
+    pool.stop()
+    assert [e["e"] for e in events(direct, "j1")] == ["added", "leased", "released"]
+    assert direct.get("t", "j1").state == "ready"  # type: ignore[union-attr]
+    assert [r.getMessage() for r in pool_records(caplog)][-1].startswith(
+        "pool t: releasing 1 jobs failed ("
+    )
+    assert (
+        pool_records(caplog)[-1]
+        .getMessage()
+        .endswith("); any not released run again when their leases expire")
+    )

@@ -178,7 +178,13 @@ class TopicListener(RedelayActor):
         try:
             self.store.release_many([(x.topic, x.id, x.token) for x in leases])
         except redis.RedisError as exc:
-            log.warning("listener %s: release failed (%s); leases will expire", self.topic, exc)
+            log.warning(
+                "listener %s: releasing %d jobs failed (%s); any not released run again when"
+                " their leases expire",
+                self.topic,
+                len(leases),
+                exc,
+            )
 
     def _await_notice(self, mark: int) -> None:
         self.waits += 1

@@ -523,7 +523,14 @@ class ConsumerPool(RedelayActor):
             self.counts["released"] += len(releases)
             self.metrics.jobs("released", len(releases))
         except redis.RedisError as exc:
-            log.warning("pool %s: release failed (%s); leases will expire", self.topic, exc)
+            # The release may have run and only its reply been lost: say what holds either way.
+            log.warning(
+                "pool %s: releasing %d jobs failed (%s); any not released run again when their"
+                " leases expire",
+                self.topic,
+                len(releases),
+                exc,
+            )
 
     def _failed(self, failure: _Failure, result: str | ErrorCode) -> None:
         """Logs a stored failed attempt and hands it to the hooks. A refused one (its lease was

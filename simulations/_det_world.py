@@ -101,7 +101,7 @@ class Counters:
     lock: threading.Lock
     runs_started: int = 0
     runs_ended: int = 0
-    add_replies_lost: int = 0
+    adds_resent: int = 0  # add calls sent again after a connection error
     pauses: int = 0
     resumes: int = 0
 
@@ -235,14 +235,13 @@ class World:
                 self.producer.add_many(specs)
                 break
             except JobExistsError:
-                # The script ran but its reply was lost with a killed connection, and a job of
-                # it changed before this try (a resend of unchanged jobs succeeds): the jobs
-                # are in.
-                self.counters.bump("add_replies_lost")
+                # The last try ran but its reply was lost with a killed connection, and a job of
+                # it changed before this one (a resend of unchanged jobs succeeds): they are in.
                 break
             except redis.ConnectionError:
                 if attempt == _ADD_TRIES - 1:
                     raise
+                self.counters.bump("adds_resent")  # sent or not, ran or not: sent again
         self.ledger.add_jobs([JobRow(t, i, now + d, now) for t, i, d in jobs])
 
     def cancel(self, topic: str, job_id: str) -> str:

@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         )
         simulated_ms = world.clock.now_ms() - world.start_ms
         steps, settles, cut_short = driver.steps, dict(world.settle_results), driver.cut_short
-        add_lost = world.counters.add_replies_lost
+        adds_resent = world.counters.adds_resent
     finally:
         world.stop()
     real_s = time.monotonic() - real_start
@@ -329,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
                 # How each step ended: idle (everything done), stable (waiting for a timer),
                 # timeout (still moving after the deadline: the step's order may vary per run).
                 "settles": ", ".join(f"{k} {n}" for k, n in sorted(settles.items())),
-                "add replies lost to killed connections": add_lost,
+                "adds sent again after a killed connection": adds_resent,
                 "cut short by the real-time limit": cut_short,
                 "chart": chart_note,
                 "evidence": f"{out / 'ledger.sqlite'}, {out / 'audit.jsonl'}",

@@ -121,7 +121,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.tokens_seen: set[str] = set()
         self.cancelled: set[Key] = set()  # keys whose latest job the test cancelled or purged
         # Numbers every add, in its bodies: a second add of a stored job is then never the very
-        # record stored, which the script would take for a resend (test_add_resend.py).
+        # record stored, which the script would take for a resend (test_lost_replies.py).
         self.adds = 0
         self.clean = True  # False while a rule runs; teardown drains only after a clean step
 

@@ -1,4 +1,6 @@
-"""An add whose reply was lost, sent again: the resend of a call that ran is not a conflict.
+"""A producer's call whose reply was lost, sent again.
+
+An add: the resend of a call that ran is not a conflict.
 
 The add script stores each job's record with its created ms, so a call sent twice carries the
 very same records; a second add of the same ids (a new call, a later ms) does not. The script
@@ -35,11 +37,11 @@ def kinds(store: Store, job_id: str) -> list[str]:
     return [fields["e"] for _, fields in store.job_entries("mail", job_id)]
 
 
-def arm_for_add(reply_cut: ReplyCut, direct: redis.Redis) -> None:
-    """Loses the reply to the next add script call (loaded first, so it is not a NOSCRIPT)."""
+def arm_for(script: str, reply_cut: ReplyCut, direct: redis.Redis) -> None:
+    """Loses the reply to the next call of ``script`` (loaded first, so it is not a NOSCRIPT)."""
     for _, source in sources().values():
         direct.script_load(source)
-    reply_cut.arm(shas()["add"].encode())
+    reply_cut.arm(shas()[script].encode())
 
 
 def test_a_client_retry_after_a_lost_reply_returns_new_and_adds_once(
@@ -48,7 +50,7 @@ def test_a_client_retry_after_a_lost_reply_returns_new_and_adds_once(
     # redis-py sends the command again on the new connection by itself.
     retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
     queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
-    arm_for_add(reply_cut, redis_client)
+    arm_for("add", reply_cut, redis_client)
     try:
         assert queue.add("mail", "42", {"n": 1}, delay=60) == "new"
         assert queue.add_many([{"topic": "mail", "id": "43", "delay": 60}]) == ["new"]
@@ -71,7 +73,7 @@ def test_the_async_producer_is_the_same(
         finally:
             await queue.aclose()
 
-    arm_for_add(reply_cut, redis_client)
+    arm_for("add", reply_cut, redis_client)
     assert asyncio.run(add_through_the_cut()) == "new"
     assert reply_cut.cuts == 1
     assert kinds(Store(redis_client, "test", fake_clock), "42") == ["added"]
@@ -111,3 +113,20 @@ def test_a_resend_is_refused_once_a_job_of_it_has_changed(
         store.add_many(jobs)
     assert caught.value.jobs == [("mail", "1"), ("mail", "2")]
     assert fingerprint(store.client) == before
+
+
+def test_a_cancel_sent_again_after_a_lost_reply_returns_false_and_the_history_says_cancelled(
+    reply_cut: ReplyCut, redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    """As docs/api.md says: the job will not run either way, and its history tells."""
+    store = Store(redis_client, "test", fake_clock)
+    store.add(store.new_job("mail", "42", delay_ms=60_000))
+    retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
+    queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
+    arm_for("cancel", reply_cut, redis_client)
+    try:
+        assert queue.cancel("mail", "42") is False
+        assert [event.event for event in queue.history("mail", "42")] == ["added", "cancelled"]
+    finally:
+        queue.close()
+    assert reply_cut.cuts == 1 and store.get("mail", "42") is None

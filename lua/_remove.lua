@@ -2,16 +2,19 @@
 -- `k` names jobs, delayed, leased, tokens, dead, counts.
 -- Returns the state it was in ('delayed', 'ready', 'leased', 'dead') or nil if there is no job.
 -- @include _lib.lua
-local function job_state(k, member)
-  if rcall('HEXISTS', k.jobs, member) == 0 then return nil end
+-- `record`, when given, is the job's record as the caller already read it (false: none), which
+-- spares the HEXISTS.
+local function job_state(k, member, record)
+  if record == nil then record = rcall('HEXISTS', k.jobs, member) == 1 end
+  if not record then return nil end
   if rcall('ZSCORE', k.delayed, member) then return 'delayed' end
   if rcall('HEXISTS', k.tokens, member) == 1 then return 'leased' end
   if rcall('ZSCORE', k.dead, member) then return 'dead' end
   return 'ready'
 end
 
-local function unlink(k, member)
-  local state = job_state(k, member)
+local function unlink(k, member, record)
+  local state = job_state(k, member, record)
   if state == 'delayed' then
     rcall('ZREM', k.delayed, member)
   elseif state == 'leased' then

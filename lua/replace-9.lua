@@ -7,6 +7,9 @@
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
 -- Returns: a list with, per job, the state it had before ('new' when it did not exist).
+-- A job stored with the very record sent (created ms included) is left as it is, and its state
+-- now is returned: this call is a resend of one that ran and whose reply was lost, and replacing
+-- again would revoke a lease taken since and run the job twice.
 -- Events: replaced {due, to, was} for an existing job, added {due, to} for a new one.
 -- Touches ready lists <prefix>ready:<topic> (same hash tag).
 -- Publishes: on <prefix>wake (ARGV[5]; "" for none), a due time when it is earlier than every
@@ -25,15 +28,20 @@ for j = 0, n - 1 do
   local member, due_ms, record = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2]
   local topic = split_member(member)
   rcall('HSETNX', k.topics, topic, ARGV[base + 3])
-  local was = unlink(k, member)
-  rcall('HSET', k.jobs, member, record)
-  local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
-  if was then
-    audit(k.audit, 'replaced', member, 1, {'due', due_ms, 'to', state, 'was', was})
+  local stored = rcall('HGET', k.jobs, member)
+  if stored == record then
+    result[#result + 1] = job_state(k, member, stored)
   else
-    audit(k.audit, 'added', member, 1, {'due', due_ms, 'to', state})
+    local was = unlink(k, member, stored)
+    rcall('HSET', k.jobs, member, record)
+    local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
+    if was then
+      audit(k.audit, 'replaced', member, 1, {'due', due_ms, 'to', state, 'was', was})
+    else
+      audit(k.audit, 'added', member, 1, {'due', due_ms, 'to', state})
+    end
+    result[#result + 1] = was or 'new'
   end
-  result[#result + 1] = was or 'new'
 end
 forget_trimmed_histories()
 return result

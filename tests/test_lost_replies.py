@@ -130,3 +130,36 @@ def test_a_cancel_sent_again_after_a_lost_reply_returns_false_and_the_history_sa
     finally:
         queue.close()
     assert reply_cut.cuts == 1 and store.get("mail", "42") is None
+
+
+def test_a_replace_sent_again_leaves_the_job_and_a_lease_taken_since(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """Replacing again would revoke the lease and run the job twice: the resend changes nothing
+    and answers the state the job is in."""
+    store.add(store.new_job("mail", "42", {"n": 1}, delay_ms=60_000))
+    call = [store.new_job("mail", "42", {"n": 2}, delay_ms=0)]
+    assert store.add_many(call, replace=True) == ["delayed"]
+    (lease,) = store.lease("mail", 1)
+    before = fingerprint(store.client)
+    assert store.add_many(call, replace=True) == ["leased"]
+    assert fingerprint(store.client) == before
+    assert store.ack("mail", "42", lease.token) == ErrorCode.OK
+    assert kinds(store, "42") == ["added", "replaced", "leased", "acked"]
+
+
+def test_a_client_retry_of_a_replace_after_a_lost_reply_replaces_once(
+    reply_cut: ReplyCut, redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    store = Store(redis_client, "test", fake_clock)
+    store.add(store.new_job("mail", "42", {"n": 1}, delay_ms=60_000))
+    retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
+    queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
+    arm_for("replace", reply_cut, redis_client)
+    try:
+        # The answer is the resend's: the state the first send left the job in.
+        assert queue.add("mail", "42", {"n": 2}, delay=30, replace=True) == "delayed"
+    finally:
+        queue.close()
+    assert reply_cut.cuts == 1
+    assert kinds(store, "42") == ["added", "replaced"]

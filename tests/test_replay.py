@@ -4,6 +4,7 @@ and drift against the live state. Retention trims the stream; replay then says w
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 
@@ -336,9 +337,15 @@ def test_replay_and_the_model_take_every_row_of_the_table_alike(
     store.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=2_000))
     model = Model(topic_retry_ms={"t": (1_000,)}, topic_lease_ms={"t": 2_000})
 
+    calls = itertools.count()  # a body of its own per add: the same record twice is a resend
+
     def add(job_id: str, delay_ms: int = 0, replace: bool = False, topic: str = "t") -> None:
         job = store.new_job(
-            topic, job_id, delay_ms=delay_ms, retry_ms=[0] if topic == "d" else None
+            topic,
+            job_id,
+            {"call": next(calls)},
+            delay_ms=delay_ms,
+            retry_ms=[0] if topic == "d" else None,
         )
         was = store.add(job, replace=replace)
         key = (topic, job_id)

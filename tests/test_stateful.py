@@ -120,8 +120,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.lapsed: set[str] = set()  # tokens a live consumer held past the deadline
         self.tokens_seen: set[str] = set()
         self.cancelled: set[Key] = set()  # keys whose latest job the test cancelled or purged
-        # Numbers every add, in its bodies: a second add of a stored job is then never the very
-        # record stored, which the script would take for a resend (test_lost_replies.py).
+        # Numbers every add and replace, in its bodies: a second one of a stored job then never
+        # sends the very record stored, which the scripts take for a resend (test_lost_replies.py).
         self.adds = 0
         self.clean = True  # False while a rule runs; teardown drains only after a clean step
 
@@ -266,7 +266,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.cancel(key)
 
     def replace(self, key: Key, delay: int) -> None:
-        job = self.store.new_job(*key, {"replaced": True}, delay_ms=delay)
+        self.adds += 1
+        job = self.store.new_job(*key, {"replaced": True, "add": self.adds}, delay_ms=delay)
         was = self.store.add(job, replace=True)
         before = self.model.add(key, job.due_ms, self.now(), replace=True)
         assert was == before.value

@@ -188,11 +188,12 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         """Starts the nodes and creates the cluster. A node that exits at start (another
-        process bound its port first) or a create that fails starts everything again once, on
-        new ports: the second failure is raised."""
+        process bound its port first), a create that fails or a cluster not healthy in time (a
+        loaded machine) starts everything again once, on new ports: the second failure is
+        raised."""
         try:
             return self._start_once()
-        except (RuntimeError, subprocess.CalledProcessError) as exc:
+        except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
             log.warning("local cluster did not start (%s); trying again on new ports", exc)
             return self._start_once()
 

@@ -16,6 +16,10 @@ import socket
 import threading
 from collections.abc import Callable
 
+import redis
+
+from actors.storage.scripts import shas, sources
+
 CHUNK = 65_536
 
 
@@ -41,6 +45,15 @@ class ReplyCut:
         """Loses the reply to the next request that contains ``pattern`` (once)."""
         with self._lock:
             self._pattern = pattern
+
+    def arm_script(self, script: str) -> None:
+        """Loses the reply to the next call of one of redelay's scripts (``"add"``, ``"ack"``,
+        ...). Every script is loaded first, straight on the server, so the call that loses its
+        reply is the script's own and not a NOSCRIPT that is sent again."""
+        with contextlib.closing(redis.Redis(unix_socket_path=self.redis_socket)) as direct:
+            for _, source in sources().values():
+                direct.script_load(source)
+        self.arm(shas()[script].encode())
 
     def close(self) -> None:
         self._closed = True

@@ -25,7 +25,6 @@ from redis.retry import Retry
 from actors import AsyncDelayQueue, DelayQueue, JobExistsError
 from actors.clock import FakeClock
 from actors.errors import ErrorCode
-from actors.storage.scripts import shas, sources
 from actors.storage.store import Store
 
 
@@ -37,20 +36,13 @@ def kinds(store: Store, job_id: str) -> list[str]:
     return [fields["e"] for _, fields in store.job_entries("mail", job_id)]
 
 
-def arm_for(script: str, reply_cut: ReplyCut, direct: redis.Redis) -> None:
-    """Loses the reply to the next call of ``script`` (loaded first, so it is not a NOSCRIPT)."""
-    for _, source in sources().values():
-        direct.script_load(source)
-    reply_cut.arm(shas()[script].encode())
-
-
 def test_a_client_retry_after_a_lost_reply_returns_new_and_adds_once(
     reply_cut: ReplyCut, redis_client: redis.Redis, fake_clock: FakeClock
 ) -> None:
     # redis-py sends the command again on the new connection by itself.
     retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
     queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
-    arm_for("add", reply_cut, redis_client)
+    reply_cut.arm_script("add")
     try:
         assert queue.add("mail", "42", {"n": 1}, delay=60) == "new"
         assert queue.add_many([{"topic": "mail", "id": "43", "delay": 60}]) == ["new"]
@@ -73,7 +65,7 @@ def test_the_async_producer_is_the_same(
         finally:
             await queue.aclose()
 
-    arm_for("add", reply_cut, redis_client)
+    reply_cut.arm_script("add")
     assert asyncio.run(add_through_the_cut()) == "new"
     assert reply_cut.cuts == 1
     assert kinds(Store(redis_client, "test", fake_clock), "42") == ["added"]
@@ -123,7 +115,7 @@ def test_a_cancel_sent_again_after_a_lost_reply_returns_false_and_the_history_sa
     store.add(store.new_job("mail", "42", delay_ms=60_000))
     retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
     queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
-    arm_for("cancel", reply_cut, redis_client)
+    reply_cut.arm_script("cancel")
     try:
         assert queue.cancel("mail", "42") is False
         assert [event.event for event in queue.history("mail", "42")] == ["added", "cancelled"]
@@ -155,7 +147,7 @@ def test_a_client_retry_of_a_replace_after_a_lost_reply_replaces_once(
     store.add(store.new_job("mail", "42", {"n": 1}, delay_ms=60_000))
     retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
     queue = DelayQueue(retrying, "test", clock=fake_clock, producer_only=True)
-    arm_for("replace", reply_cut, redis_client)
+    reply_cut.arm_script("replace")
     try:
         # The answer is the resend's: the state the first send left the job in.
         assert queue.add("mail", "42", {"n": 2}, delay=30, replace=True) == "delayed"

@@ -24,7 +24,6 @@ from actors.runtime.messages import Drain, Run, SetListener
 from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
-from actors.storage.scripts import shas, sources
 from actors.storage.store import Store
 from actors.values import Lease, TopicConfig
 
@@ -293,8 +292,6 @@ def pool_behind(
     """A pool whose Redis connections go through ``reply_cut``, and a store that does not."""
     direct = Store(redis.Redis(unix_socket_path=reply_cut.redis_socket), "test", clock)
     direct.configure_topic("t", TopicConfig(retry_ms=(1_000,), lease_ms=LEASE_MS))
-    for _, source in sources().values():  # the reply to lose is the script's, not a NOSCRIPT
-        direct.client.script_load(source)
     behind = Store(redis.Redis.from_url(reply_cut.url), "test", clock)
     return start_pool(behind, clock, handler, **kwargs), direct
 
@@ -310,7 +307,7 @@ def pool_losing_a_reply(
     on Redis and lose its reply; everything logged is captured."""
     caplog.set_level(logging.DEBUG, logger="actors")
     pool, direct = pool_behind(reply_cut, clock, handler)
-    reply_cut.arm(shas()[script].encode())
+    reply_cut.arm_script(script)
     run(pool, leased(direct, 1))
     return pool, direct
 
@@ -483,7 +480,7 @@ def test_a_release_that_ran_but_whose_reply_was_lost_warns_without_claiming_the_
     gate = threading.Event()
     pool, direct = pool_behind(reply_cut, fake_clock, lambda job: gate.wait(), concurrency=1)
     caplog.set_level(logging.WARNING, logger="actors")
-    reply_cut.arm(shas()["release"].encode())
+    reply_cut.arm_script("release")
     run(pool, leased(direct, 2))  # j0 runs, j1 waits for the one slot
 
     pool.tell(Drain())

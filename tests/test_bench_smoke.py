@@ -259,3 +259,23 @@ def test_a_json_from_before_the_scale_sections_renders_them_as_not_measured(
         assert "$" not in sections[heading].replace("$$", ""), heading
     verdicts = targets.judge(results["records"])
     assert [v.met for v in verdicts[-2:]] == [None, None]
+
+
+def test_a_tiny_run_times_the_speed_reference_before_each_part_and_shows_it(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    results, page = tiny_run
+    points = results["load"]["speed_reference"]
+    assert [p["before"] for p in points] == ["redelay", "the scale sections", "end"]
+    for point in points:
+        assert point["client_ms"] > 0 and point["redis_ms"] > 0
+        row = f"| {point['before']} | {point['client_ms']:.1f} | {point['redis_ms']:.1f} |"
+        assert row in page
+    fastest = min(p["client_ms"] for p in points)
+    assert f"client core {fastest:.1f} to " in page
+    assert "Not measured in this run (the reference" not in page
+
+
+def test_a_page_from_before_the_speed_reference_says_it_was_not_measured() -> None:
+    assert report.speed_summary([]).startswith("Not measured in this run")
+    assert report.speed_table([]) == ""

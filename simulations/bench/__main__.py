@@ -30,7 +30,7 @@ from typing import Any
 
 from actors.storage.scripts import sources
 
-from . import chart, redis_limit, report, scale, targets
+from . import chart, redis_limit, report, scale, speed_reference, targets
 from .profiling import profile_redelay
 from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario, snapshot_code
 from .scenarios import Scenario, full_plan, quick_plan, tiny_plan
@@ -146,6 +146,17 @@ def not_run(system: SystemInfo, scenario: Scenario, reason: str, *, error: bool)
     return {"system": system.name, "scenario": scenario.name, "reason": reason, "error": error}
 
 
+def note_speed(load: dict[str, Any], workdir: Path, before: str) -> None:
+    """Times the fixed reference (speed_reference.py) into load["speed_reference"]."""
+    point = speed_reference.measure(workdir, before)
+    load.setdefault("speed_reference", []).append(point)
+    print(
+        f"speed reference before {before}: client {point['client_ms']} ms, "
+        f"Redis {point['redis_ms']} ms",
+        flush=True,
+    )
+
+
 def run_all(
     systems: list[SystemInfo], plan: list[Scenario], context: RunContext, load: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -153,6 +164,8 @@ def run_all(
     skipped: list[dict[str, Any]] = []
     for system in systems:
         missing = system.missing() or (node_ready() if system.is_node else None)
+        if missing is None:
+            note_speed(load, context.workdir, system.name)
         for scenario in plan:
             if missing is None and scenario.name == "enqueue-batch" and system.batch_api is None:
                 # Not applicable, not missing: the peer has no batch API to measure.
@@ -266,9 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except AgentFailed as exc:
                     failed = f"failed: {str(exc).strip()[-300:]}"
                     profiles.append({"skipped": failed, "concurrency": concurrency})
+        if not (args.no_pending_scale and args.no_worker_scale):
+            note_speed(load, Path(workdir), "the scale sections")
         pending_scale, worker_scale = run_scale_sections(
             args, code_dir, "redelay" in {s.name for s in systems}
         )
+        note_speed(load, Path(workdir), "end")
     load["end"] = list(os.getloadavg())
     prefix = "benchmarks" if args.mode == "full" else f"benchmarks-{args.mode}"
     charts = {

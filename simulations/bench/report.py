@@ -17,7 +17,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from . import limits_report, scale_report
+from . import limits_report, scale_report, speed_reference
 from .formatting import MISSING, duration, ms, num, table
 from .systems import SYSTEMS
 from .targets import PYTHON_PEERS, find
@@ -404,6 +404,36 @@ def _sweep(rows: Sequence[dict[str, Any]], concurrency: int | None) -> dict[str,
     return next((r for r in found if r.get("concurrency") == concurrency), {})
 
 
+def speed_summary(points: list[dict[str, Any]]) -> str:
+    """The reference's spread over the run (simulations/bench/speed_reference.py)."""
+    client = speed_reference.spread(points, "client_ms")
+    redis_side = speed_reference.spread(points, "redis_ms")
+    if client is None or redis_side is None:
+        return "Not measured in this run (the reference was added on 2026-11-25)."
+
+    def side(name: str, fastest: float, slowest: float) -> str:
+        return f"{name} {fastest:.1f} to {slowest:.1f} ms (the slowest {slowest / fastest:.2f}x)"
+
+    return (
+        "The same fixed work was timed before each system, before the scale sections and at the "
+        "end (`simulations/bench/speed_reference.py`: a CPython loop in the runner on the client "
+        "core, a Lua loop in a fresh redis-server on the Redis core, best of "
+        f"{speed_reference.ROUNDS} each), so a change in the machine's speed during the run shows "
+        f"here and not only in the figures: {side('client core', *client)}, "
+        f"{side('Redis core', *redis_side)}. Each point is the time before the part named."
+    )
+
+
+def speed_table(points: list[dict[str, Any]]) -> str:
+    if not points:
+        return ""
+    rows = [
+        f"| {p['before']} | {float(p['client_ms']):.1f} | {float(p['redis_ms']):.1f} |"
+        for p in points
+    ]
+    return "\n".join(["| before | client core, ms | Redis core, ms |", "|---|---:|---:|", *rows])
+
+
 def values(results: dict[str, Any]) -> dict[str, str]:
     records: list[dict[str, Any]] = results["records"]
     limit: dict[str, Any] = results.get("redis_limit") or {}
@@ -466,6 +496,8 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "load_start": ", ".join(f"{x:.2f}" for x in load.get("start", [])) or MISSING,
         "load_end": ", ".join(f"{x:.2f}" for x in load.get("end", [])) or MISSING,
         "load_max": num(load.get("max_1m"), 2),
+        "speed_summary": speed_summary(load.get("speed_reference") or []),
+        "speed_table": speed_table(load.get("speed_reference") or []),
         "pinned": "yes" if results.get("pinned") else "no (fewer than 2 cores)",
         "immediate_jobs": size("immediate"),
         "burst_jobs": size("burst"),

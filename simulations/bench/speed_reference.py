@@ -1,0 +1,74 @@
+"""A fixed piece of work timed before each system and at the end of a run: the machine's speed.
+
+A full run takes about two hours on a shared virtual machine, and the machine's speed can move in
+that time (session 14's run: every system's figures fell in its middle, and its last section
+matched the previous run's). The load average cannot show that: a slower host core is not load.
+So the run times the same work again and again, and the page shows how far its time moved:
+- on the client core, a pure-Python loop in the runner's own (pinned) process;
+- on the Redis core, a Lua loop EVALed on a fresh private redis-server pinned there.
+
+Each is the best of a few rounds, so a single preemption does not count as a slower machine.
+Neither depends on redelay's code, so two runs' references compare across commits too.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .server import BenchServer
+
+ROUNDS = 5
+CLIENT_LOOP = 300_000  # about 55 ms of CPython on the bench machine
+# About 35 ms of Redis's Lua interpreter; a script's own loop, so no command or reply is timed.
+REDIS_LOOP_SCRIPT = "local s = 0 for i = 1, 4000000 do s = s + i % 7 end return s"
+
+
+def client_reference_ms(rounds: int = ROUNDS) -> float:
+    """Best wall time, in ms, of a fixed CPython loop (integer arithmetic, a dict, a list)."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        seen: dict[int, int] = {}
+        order: list[int] = []
+        for n in range(CLIENT_LOOP):
+            key = (n * 7919) % 1021
+            seen[key] = seen.get(key, 0) + n
+            order.append(key)
+        order.sort()
+        best = min(best, (time.perf_counter() - started) * 1000)
+    return best
+
+
+def redis_reference_ms(workdir: Path, rounds: int = ROUNDS) -> float:
+    """Best wall time, in ms, of a fixed Lua loop on a fresh redis-server on the Redis core."""
+    directory = workdir / "speed-reference"
+    directory.mkdir(parents=True, exist_ok=True)
+    server = BenchServer(directory)
+    try:
+        best = float("inf")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            server.client.eval(REDIS_LOOP_SCRIPT, 0)
+            best = min(best, (time.perf_counter() - started) * 1000)
+        return best
+    finally:
+        server.stop()
+
+
+def measure(workdir: Path, before: str) -> dict[str, Any]:
+    """One reference point, labelled with what runs next (a system's name, or "end")."""
+    return {
+        "before": before,
+        "client_ms": round(client_reference_ms(), 2),
+        "redis_ms": round(redis_reference_ms(workdir), 2),
+    }
+
+
+def spread(points: list[dict[str, Any]], side: str) -> tuple[float, float] | None:
+    """(fastest, slowest) of one side's times ("client_ms" or "redis_ms"); None without points."""
+    times = [float(p[side]) for p in points if p.get(side)]
+    if not times:
+        return None
+    return min(times), max(times)

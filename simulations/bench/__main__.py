@@ -175,7 +175,8 @@ def run_all(
                 skipped.append(not_run(system, scenario, missing, error=True))
                 print(f"{system.name:>14} {scenario.name:<15} ERROR, not run: {missing}")
                 continue
-            load["max_1m"] = max(load.get("max_1m", 0.0), os.getloadavg()[0])
+            load_before = os.getloadavg()[0]
+            load["max_1m"] = max(load.get("max_1m", 0.0), load_before)
             try:
                 record = run_scenario(system, scenario, context)
             except AgentFailed as exc:
@@ -183,7 +184,8 @@ def run_all(
                 skipped.append(not_run(system, scenario, reason, error=True))
                 print(f"{system.name:>14} {scenario.name:<15} {reason}", flush=True)
                 continue
-            record["loadavg_1m_before"] = round(os.getloadavg()[0], 2)
+            # Read before it began: runs until 2026-11-25 read it here, as the scenario ended.
+            record["loadavg_1m_before"] = round(load_before, 2)
             records.append(record)
             print(summary_line(record), flush=True)
     return records, skipped

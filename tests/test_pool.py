@@ -477,11 +477,18 @@ def test_a_release_that_ran_but_whose_reply_was_lost_warns_without_claiming_the_
 ) -> None:
     """At a drain the pool gives back a job it had not started; the release runs on Redis and
     its reply is lost. The warning must hold either way: the job is in fact ready again."""
-    gate = threading.Event()
-    pool, direct = pool_behind(reply_cut, fake_clock, lambda job: gate.wait(), concurrency=1)
+    started, gate = threading.Event(), threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        gate.wait()
+
+    pool, direct = pool_behind(reply_cut, fake_clock, handler, concurrency=1)
     caplog.set_level(logging.WARNING, logger="actors")
     reply_cut.arm_script("release")
     run(pool, leased(direct, 2))  # j0 runs, j1 waits for the one slot
+    # The drain must come once j0's handler has begun: before that it withdraws j0 as well.
+    assert started.wait(10), "j0's handler never began"
 
     pool.tell(Drain())
     wait_for(lambda: reply_cut.cuts == 1, "the release's reply lost")

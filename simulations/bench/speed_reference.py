@@ -14,6 +14,7 @@ Neither depends on redelay's code, so two runs' references compare across commit
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +26,30 @@ CLIENT_LOOP = 300_000  # about 55 ms of CPython on the bench machine
 REDIS_LOOP_SCRIPT = "local s = 0 for i = 1, 4000000 do s = s + i % 7 end return s"
 
 
-def client_reference_ms(rounds: int = ROUNDS) -> float:
-    """Best wall time, in ms, of a fixed CPython loop (integer arithmetic, a dict, a list)."""
+def _best_ms(work: Callable[[], object], rounds: int) -> float:
+    """The shortest of ``rounds`` wall times of ``work()``, in ms."""
     best = float("inf")
     for _ in range(rounds):
         started = time.perf_counter()
-        seen: dict[int, int] = {}
-        order: list[int] = []
-        for n in range(CLIENT_LOOP):
-            key = (n * 7919) % 1021
-            seen[key] = seen.get(key, 0) + n
-            order.append(key)
-        order.sort()
+        work()
         best = min(best, (time.perf_counter() - started) * 1000)
     return best
+
+
+def _client_work() -> None:
+    """Integer arithmetic, a dict and a list: what the runners and agents spend their time on."""
+    seen: dict[int, int] = {}
+    order: list[int] = []
+    for n in range(CLIENT_LOOP):
+        key = (n * 7919) % 1021
+        seen[key] = seen.get(key, 0) + n
+        order.append(key)
+    order.sort()
+
+
+def client_reference_ms(rounds: int = ROUNDS) -> float:
+    """Best wall time, in ms, of a fixed CPython loop in this process."""
+    return _best_ms(_client_work, rounds)
 
 
 def redis_reference_ms(workdir: Path, rounds: int = ROUNDS) -> float:
@@ -47,12 +58,7 @@ def redis_reference_ms(workdir: Path, rounds: int = ROUNDS) -> float:
     directory.mkdir(parents=True, exist_ok=True)
     server = BenchServer(directory)
     try:
-        best = float("inf")
-        for _ in range(rounds):
-            started = time.perf_counter()
-            server.client.eval(REDIS_LOOP_SCRIPT, 0)
-            best = min(best, (time.perf_counter() - started) * 1000)
-        return best
+        return _best_ms(lambda: server.client.eval(REDIS_LOOP_SCRIPT, 0), rounds)
     finally:
         server.stop()
 

@@ -26,7 +26,9 @@ TOPICS_KEY: Final = "topics"  # HASH topic -> msgpack topic config
 COUNTS_KEY: Final = "counts"  # HASH "<topic>|<state>" -> number of jobs
 SEQ_KEY: Final = "seq"  # STRING counter for lease tokens
 AUDIT_KEY: Final = "audit"  # STREAM of transition events
-HISTORY_KEY: Final = "history"  # HASH member -> its audit entry ids (an index); "" its sweep cursor
+HISTORY_KEY: Final = "history"  # HASH member -> its audit entry ids (an index); "" when it began
+# HASH: the index's previous generation, dropped whole once the stream trimmed all of it (_lib.lua)
+HISTORY_PREVIOUS_KEY: Final = "history-previous"
 SCHEDULES_KEY: Final = "schedules"  # HASH schedule name -> msgpack schedule record
 GATES_KEY: Final = "gates"  # HASH "<topic>|paused|rate|flight|tat" -> a topic's gate (_gate.lua)
 WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest

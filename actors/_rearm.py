@@ -1,7 +1,7 @@
 """Jobs this process replaced while they were leased: re-arming a job from its own handler.
 
 A handler that calls ``queue.add(topic, its own id, delay=..., replace=True)`` re-arms its job:
-the replace revokes the running lease (lua/replace-9.lua), so the pool's ack is refused as
+the replace revokes the running lease (lua/replace-10.lua), so the pool's ack is refused as
 stale. That refusal is what the caller asked for, not a lost lease, so the facade notes each
 replace that found the job leased here and the pool takes the note instead of warning.
 Pure and process-wide; bounded, so notes for jobs leased by other processes cannot pile up.

@@ -59,19 +59,23 @@ local minid_trimmed = false
 -- The per-job index of the audit stream (<prefix>history): member -> the ids of its entries,
 -- oldest first, space separated, so one job's history is read in time proportional to its own
 -- events. Written here, in the script that writes the entry. The index follows the stream's
--- retention: the scripts that end jobs sweep it a few fields at a time (HSCAN, from the cursor
--- kept in its field "", which no member can be) and drop every job whose newest entry is older
--- than the stream's oldest, as its entries are all trimmed.
-local history_key = nil
-local CURSOR_FIELD = ''
+-- retention in two generations: <prefix>history takes every new id, and <prefix>history-previous
+-- holds the ids written before the current generation began (its field "", which no member can
+-- be, holds that entry time in ms). Once the stream's oldest entry is newer than that time, every
+-- id of the previous generation is trimmed: the scripts that end jobs then drop it whole (UNLINK,
+-- freed off Redis's main thread) and the current one becomes the previous. So forgetting trimmed
+-- histories costs one XRANGE and one HGET an ending call, not a scan of the index's fields.
+local history_key, history_previous_key = nil, nil
+local GENERATION_FIELD = ''
 
--- Each script that writes audit entries names its index key (its last KEYS) before writing one.
-local function use_history_index(key)
-  history_key = key
+-- Each script that writes audit entries names its index key (its last KEYS, or the last but one
+-- with the previous generation last, in the scripts that end jobs) before writing one.
+local function use_history_index(key, previous_key)
+  history_key, history_previous_key = key, previous_key
 end
 local END_EVENTS = {acked = true, cancelled = true, purged = true}
 local ends_in_call = 0
-local last_stream = nil
+local last_stream, last_entry_id = nil, nil
 
 local function entry_ms(entry_id)
   return tonumber(string.match(entry_id, '^(%d+)'))
@@ -80,7 +84,7 @@ end
 -- A script that writes many entries asks for them to be buffered (buffer_history_index) and
 -- written with one HMGET and one HSET per call (flush_history_index), not an HGET and an HSET per
 -- entry: most of a script's time goes to each redis.call's conversions. Such a script flushes
--- before forget_trimmed_histories and before it returns; until then nothing reads the index.
+-- before rotate_history_index and before it returns; until then nothing reads the index.
 -- Pending entries are member, entry id pairs, in the order written.
 local index_pending, index_pending_n = nil, 0
 
@@ -138,45 +142,23 @@ local function flush_history_index()
   end
 end
 
--- One step of the sweep: examines about twice as many index fields as this call ended jobs, plus
--- 8, so a full pass over the index takes about as many ended jobs as half the index's size. The
--- cursor field holds "<HSCAN cursor> <stream's oldest entry ms when the pass began>"; a new pass
--- begins only once the stream's oldest entry has moved on since the last one began, so while
--- nothing is trimmed (a stream below its MAXLEN) the sweep costs one HGET and one XRANGE a call.
-local function forget_trimmed_histories()
+-- Called by the scripts that end jobs, after their last entry: when the stream's oldest entry is
+-- newer than the current generation's start, every id of the previous generation is trimmed, so
+-- it goes and the current one becomes the previous. An index without a start (new, or written by
+-- a redelay that swept it field by field: its "" held "<cursor> <ms>") becomes the previous
+-- generation at once and goes once the stream has trimmed every entry written before now.
+local function rotate_history_index()
   if ends_in_call == 0 or last_stream == nil then return end
-  local budget = 2 * ends_in_call + 8
   ends_in_call = 0
   local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
   if #oldest == 0 then return end
-  local cutoff_ms = entry_ms(oldest[1][1])
-  local state = rcall('HGET', history_key, CURSOR_FIELD)
-  if not state then
-    -- The index's first ending call: every field was written after the stream's oldest entry
-    -- (or is a live job's, refreshed by its next event), so nothing is stale yet.
-    rcall('HSET', history_key, CURSOR_FIELD, '0 ' .. cutoff_ms)
-    return
-  end
-  local cursor, saved_ms = string.match(state, '^(%d+) (%d+)$')
-  local pass_ms = tonumber(saved_ms)
-  if cursor == '0' then
-    if cutoff_ms <= pass_ms then return end  -- nothing trimmed since the last pass began
-    pass_ms = cutoff_ms
-  end
-  local page = rcall('HSCAN', history_key, cursor, 'COUNT', budget)
-  local found, stale = page[2], {}
-  for j = 1, #found, 2 do
-    if found[j] ~= CURSOR_FIELD then
-      -- The newest id ends the value; an id is at most 33 characters (ms, "-", a 64-bit
-      -- sequence), so the match starts 34 from the end instead of scanning the whole value.
-      local newest_ms = tonumber(string.match(found[j + 1], '(%d+)%-%d+$', -34))
-      if newest_ms < cutoff_ms then stale[#stale + 1] = found[j] end
-    end
-  end
-  for first = 1, #stale, 1000 do
-    rcall('HDEL', history_key, unpack(stale, first, math.min(first + 999, #stale)))
-  end
-  rcall('HSET', history_key, CURSOR_FIELD, page[1] .. ' ' .. pass_ms)
+  local began_ms = tonumber(rcall('HGET', history_key, GENERATION_FIELD) or '')
+  if began_ms and entry_ms(oldest[1][1]) <= began_ms then return end
+  rcall('UNLINK', history_previous_key)
+  if rcall('EXISTS', history_key) == 1 then rcall('RENAME', history_key, history_previous_key) end
+  -- Ids of the newest entry's millisecond may be in both generations; the previous one goes
+  -- only once the oldest entry is past that millisecond.
+  rcall('HSET', history_key, GENERATION_FIELD, string.match(last_entry_id, '^(%d+)'))
 end
 
 -- One table for every XADD of the call, filled up to `n` and passed with unpack(t, 1, n), instead
@@ -225,7 +207,7 @@ local function audit(stream, event, member, attempt, fields, count)
     n = n + count
   end
   local entry_id = rcall('XADD', unpack(a, 1, n))
-  last_stream = stream
+  last_stream, last_entry_id = stream, entry_id
   index_entry(member, id, event, entry_id)
   -- MINID is measured back from the id just written, once per script call (the threshold barely
   -- moves within one call); ids are the server's milliseconds, now_ms is only the caller's.

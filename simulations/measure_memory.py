@@ -123,7 +123,7 @@ def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int
         leases = store.lease(TOPIC, BATCH_JOBS, consumer="measure")
         store.ack_many([(lease.topic, lease.id, lease.token) for lease in leases])
     entries = int(client.xlen(store.keys.audit))
-    index_bytes = int(client.memory_usage(store.keys.history, samples=0) or 0)
+    index_bytes = sum(int(client.memory_usage(k, samples=0) or 0) for k in store.keys.history_keys)
     return entries, int(client.memory_usage(store.keys.audit, samples=0) or 0), index_bytes
 
 
@@ -143,7 +143,7 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
             usage = key_usage_bytes(client, store)
             audit_entries = int(client.xlen(store.keys.audit))
             # The per-job history index is part of the audit trail: it goes with the stream.
-            client.delete(store.keys.audit, store.keys.history)
+            client.delete(store.keys.audit, *store.keys.history_keys)
             without_audit = used_memory_bytes(client)
             lifecycle_entries, lifecycle_bytes, lifecycle_index = (0, 0, 0)
             if lifecycle_jobs:
@@ -170,7 +170,9 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
         lifecycle_jobs=lifecycle_jobs,
         lifecycle_audit_entries=lifecycle_entries,
         lifecycle_per_audit_entry_bytes=round(lifecycle_bytes / max(1, lifecycle_entries), 1),
-        per_job_history_index_bytes=round(usage.get("history", 0) / jobs, 1),
+        per_job_history_index_bytes=round(
+            (usage.get("history", 0) + usage.get("history-previous", 0)) / jobs, 1
+        ),
         lifecycle_history_index_bytes_per_job=round(lifecycle_index / max(1, lifecycle_jobs), 1),
     )
 

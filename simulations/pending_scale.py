@@ -61,6 +61,7 @@ TARGET_BYTES = 300  # issue 15: <= 300 B per pending job without the audit strea
 # What each key is, by its name after the shard prefix (actors/_constants.py).
 STRUCTURES = {"jobs": "job pool (HASH)", "delayed": "due times (ZSET)", "audit": "audit STREAM"}
 STRUCTURES["history"] = "history index (HASH)"
+STRUCTURES["history-previous"] = "history index, previous generation (HASH)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ def key_usage(server: BenchServer, store: Store) -> list[KeyUsage]:
 def memory_fields(pending: int, grown: int, usage: list[KeyUsage]) -> dict[str, Any]:
     by_key = {u.key: u.bytes for u in usage}
     without_stream = grown - by_key["audit"]
-    without_index = without_stream - by_key["history"]
+    without_index = without_stream - by_key["history"] - by_key["history-previous"]
     return {
         "used_memory_growth_bytes": grown,
         "bytes_per_pending_job": round(grown / pending, 1),
@@ -159,7 +160,7 @@ def memory_fields(pending: int, grown: int, usage: list[KeyUsage]) -> dict[str, 
 def delete_audit(server: BenchServer, store: Store, baseline: int, pending: int) -> float:
     """Deletes the stream and the index, and returns the exact used_memory growth per pending
     job that is left (what the runs left besides is a few small keys)."""
-    server.client.delete(store.keys.audit, store.keys.history)
+    server.client.delete(store.keys.audit, *store.keys.history_keys)
     return round((server.settled_stats().used_memory - baseline) / pending, 1)
 
 

@@ -8,7 +8,7 @@ The variants are this checkout's scripts with one part of ``lua/_lib.lua`` turne
 (never the scripts Redis runs for anyone else), to show what each part costs:
 
 - ``as is``: the scripts as they are;
-- ``no history sweep``: ``forget_trimmed_histories`` returns at once;
+- ``no history rotation``: ``rotate_history_index`` returns at once;
 - ``no history index``: ``index_entry`` too (the per-job index of the audit stream);
 - ``no audit``: ``audit`` too (no stream entry at all).
 
@@ -38,9 +38,9 @@ from actors.storage.store import Store
 
 # Each variant turns off one more helper of _lib.lua: a `do return end` as its first line.
 _OFF = {
-    "no history sweep": ["forget_trimmed_histories"],
-    "no history index": ["forget_trimmed_histories", "index_entry"],
-    "no audit": ["forget_trimmed_histories", "index_entry", "audit"],
+    "no history rotation": ["rotate_history_index"],
+    "no history index": ["rotate_history_index", "index_entry"],
+    "no audit": ["rotate_history_index", "index_entry", "audit"],
 }
 
 

@@ -4,6 +4,7 @@ the store's promise built on them: one clock read and one call per shard per ope
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 import redis
@@ -19,6 +20,7 @@ from actors.storage.store import Store
 from actors.values import NewJob
 
 KEYS = ShardKeys("ns", 2)
+ROTATES = re.compile(r"^rotate_history_index\(\)", re.MULTILINE)  # a call, not the definition
 AT = calls.CallTime(now_ms=1_000, trim_kind="MAXLEN", trim_threshold="50")
 COMMON = [1_000, "MAXLEN", "50", "redelay:{ns.2}:"]
 
@@ -162,10 +164,18 @@ def _evalsha_calls(client: redis.Redis) -> int:
 
 def test_every_script_that_writes_the_audit_stream_declares_the_index_as_its_last_key() -> None:
     """The index is declared, not built from the prefix, so that during a slot migration a script
-    runs on the importing node only once the index has arrived there (lua/_lib.lua)."""
+    runs on the importing node only once the index has arrived there (lua/_lib.lua). A script
+    that may drop the index's previous generation (rotate_history_index) declares that last."""
     writers = [call for call in every_call() if KEYS.audit in call.keys and call.name != "history"]
     assert len(writers) >= 16
-    assert [call.name for call in writers if call.keys[-1] != KEYS.history] == []
+    source = {name: text for name, (_, text) in sources().items()}
+    rotating = {call.name for call in writers if ROTATES.search(source[call.name])}
+    assert {"ack", "cancel", "purge", "carry"} <= rotating
+    both = [KEYS.history, KEYS.history_previous]
+    assert [call.name for call in writers if call.name in rotating and call.keys[-2:] != both] == []
+    others = [call for call in writers if call.name not in rotating]
+    assert [call.name for call in others if call.keys[-1] != KEYS.history] == []
+    assert [call.name for call in others if KEYS.history_previous in call.keys] == []
 
 
 def test_error_codes_map_every_code_and_refuse_an_unknown_one() -> None:

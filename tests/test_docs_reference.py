@@ -111,7 +111,7 @@ def test_the_script_headers_list_the_events_the_code_emits() -> None:
 
 def test_the_event_check_can_fail() -> None:
     code = events_in_code()
-    code["ack-6.lua"] = code["ack-6.lua"] - {"acked"}
+    code["ack-7.lua"] = code["ack-7.lua"] - {"acked"}
     assert documented_events() != by_event(code)
 
 
@@ -203,12 +203,12 @@ def test_the_key_table_names_the_scripts_that_publish_on_each_channel() -> None:
 def test_the_publish_check_follows_helpers_and_can_fail() -> None:
     code = publishes_in_code()
     # fail-9 publishes only through end_failed_attempt -> place (two helpers deep).
-    assert code["fail-9.lua"] == {"<prefix>wake", "<prefix>ready"}
+    assert code["fail-10.lua"] == {"<prefix>wake", "<prefix>ready"}
     # requeue-6 calls place without a wake channel, so it can only publish ready notices.
     assert code["requeue-6.lua"] == {"<prefix>ready"}
-    assert code["purge-5.lua"] == set()
+    assert code["purge-6.lua"] == set()
     headers = publishes_in_headers()
-    headers["carry-5.lua"] = set()
+    headers["carry-6.lua"] = set()
     assert headers != code
 
 
@@ -264,7 +264,8 @@ def key_names_in_code() -> list[str]:
     """Every name redelay gives a key or channel, as the key table writes it."""
     keys = ShardKeys("ns", 0)
     names = [keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead, keys.topics]
-    names += [keys.counts, keys.seq, keys.audit, keys.history, keys.gates, keys.wake_channel]
+    names += [keys.counts, keys.seq, keys.audit, keys.history, keys.history_previous]
+    names += [keys.gates, keys.wake_channel]
     names += [keys.ready("<topic>")]
     names += [keys.ready_channel, keys.slot_probe]
     shard_keys = {name.replace(keys.prefix, "<prefix>", 1) for name in names}

@@ -184,7 +184,7 @@ def test_every_script_compiles_on_the_server(redis_client: redis.Redis) -> None:
 
 def test_runner_refuses_a_wrong_key_count(redis_client: redis.Redis) -> None:
     runner = ScriptRunner(redis_client)
-    with pytest.raises(TypeError, match="takes 5 keys"):
+    with pytest.raises(TypeError, match="takes 6 keys"):
         runner("carry", ["a"], [])
 
 

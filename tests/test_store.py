@@ -444,7 +444,7 @@ def test_a_second_ack_of_the_same_lease_is_rejected(store: Store, audit: AuditCu
 def test_a_repeat_of_an_ack_in_the_same_call_is_rejected_as_acking_them_in_turn_would(
     store: Store, audit: AuditCursor
 ) -> None:
-    # ack-6.lua reads every token up front and deletes at the end: a job acked earlier in the
+    # ack-7.lua reads every token up front and deletes at the end: a job acked earlier in the
     # call must still count as gone for its repeat.
     lease = leased_job(store, audit)
     codes = store.ack_many([("t", "j", lease.token), ("t", "j", lease.token)])

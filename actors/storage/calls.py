@@ -77,7 +77,18 @@ def add(
     if replace:
         return ScriptCall(
             "replace",
-            [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit, k.history],
+            [
+                k.jobs,
+                k.delayed,
+                k.leased,
+                k.tokens,
+                k.dead,
+                k.topics,
+                k.counts,
+                k.audit,
+                k.history,
+                k.history_previous,
+            ],
             args,
         )
     return ScriptCall("add", [k.jobs, k.delayed, k.topics, k.counts, k.audit, k.history], args)
@@ -87,7 +98,7 @@ def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
     return ScriptCall(
         "carry",
-        [k.delayed, k.jobs, k.counts, k.audit, k.history],
+        [k.delayed, k.jobs, k.counts, k.audit, k.history, k.history_previous],
         [*at.common(k), limit, k.wake_channel],
     )
 
@@ -96,7 +107,18 @@ def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
     return ScriptCall(
         "expire",
-        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit, k.history],
+        [
+            k.jobs,
+            k.delayed,
+            k.leased,
+            k.tokens,
+            k.dead,
+            k.topics,
+            k.counts,
+            k.audit,
+            k.history,
+            k.history_previous,
+        ],
         [*at.common(k), k.wake_channel, limit],
     )
 
@@ -134,7 +156,7 @@ def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> 
     k = keys
     return ScriptCall(
         "ack",
-        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history],
+        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history, k.history_previous],
         [*at.common(k), len(acks), *_flat(acks)],
     )
 
@@ -146,7 +168,18 @@ def fail(
     k = keys
     return ScriptCall(
         "fail",
-        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts, k.audit, k.history],
+        [
+            k.jobs,
+            k.delayed,
+            k.leased,
+            k.tokens,
+            k.dead,
+            k.topics,
+            k.counts,
+            k.audit,
+            k.history,
+            k.history_previous,
+        ],
         [*at.common(k), k.wake_channel, len(failures), *_flat(failures)],
     )
 
@@ -166,7 +199,7 @@ def release(keys: ShardKeys, at: CallTime, releases: Sequence[tuple[str, str]]) 
     k = keys
     return ScriptCall(
         "release",
-        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history],
+        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history, k.history_previous],
         [*at.common(k), len(releases), *_flat(releases)],
     )
 
@@ -176,7 +209,17 @@ def cancel(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     k = keys
     return ScriptCall(
         "cancel",
-        [k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts, k.audit, k.history],
+        [
+            k.jobs,
+            k.delayed,
+            k.leased,
+            k.tokens,
+            k.dead,
+            k.counts,
+            k.audit,
+            k.history,
+            k.history_previous,
+        ],
         [*at.common(k), job],
     )
 
@@ -194,7 +237,7 @@ def purge(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
     k = keys
     return ScriptCall(
         "purge",
-        [k.jobs, k.dead, k.counts, k.audit, k.history],
+        [k.jobs, k.dead, k.counts, k.audit, k.history, k.history_previous],
         [*at.common(k), len(members), *members],
     )
 
@@ -207,8 +250,10 @@ def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
 
 
 def history(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
-    """One job's audit entries, read through the shard's per-job index (lua/history-2.lua)."""
-    return ScriptCall("history", [keys.history, keys.audit], [*at.common(keys), job])
+    """One job's audit entries, read through the shard's per-job index (lua/history-3.lua)."""
+    return ScriptCall(
+        "history", [keys.history, keys.audit, keys.history_previous], [*at.common(keys), job]
+    )
 
 
 def history_entries(reply: Any) -> list[tuple[str, dict[str, str]]]:

@@ -65,6 +65,16 @@ class ShardKeys:
         return self.prefix + c.HISTORY_KEY
 
     @property
+    def history_previous(self) -> str:
+        """The index's previous generation: ids written before ``history`` began."""
+        return self.prefix + c.HISTORY_PREVIOUS_KEY
+
+    @property
+    def history_keys(self) -> tuple[str, str]:
+        """Both generations of the index, the previous one first (as history reads them)."""
+        return self.history_previous, self.history
+
+    @property
     def schedules(self) -> str:
         return self.prefix + c.SCHEDULES_KEY
 

@@ -94,7 +94,16 @@ def schedule(
     k = keys
     return ScriptCall(
         "schedule",
-        [k.schedules, k.jobs, k.delayed, k.topics, k.counts, k.audit, k.history],
+        [
+            k.schedules,
+            k.jobs,
+            k.delayed,
+            k.topics,
+            k.counts,
+            k.audit,
+            k.history,
+            k.history_previous,
+        ],
         [*at.common(k), k.wake_channel, name, spec_blob, anchor_ms, topic_config, *times],
     )
 
@@ -103,7 +112,7 @@ def unschedule(keys: ShardKeys, at: CallTime, name: str) -> ScriptCall:
     k = keys
     return ScriptCall(
         "unschedule",
-        [k.schedules, k.jobs, k.delayed, k.counts, k.audit, k.history],
+        [k.schedules, k.jobs, k.delayed, k.counts, k.audit, k.history, k.history_previous],
         [*at.common(k), name],
     )
 

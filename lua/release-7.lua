@@ -2,6 +2,7 @@
 -- but never started). They go to the front of their ready list so they are next.
 -- KEYS[1] jobs  KEYS[2] leased  KEYS[3] tokens  KEYS[4] counts  KEYS[5] audit
 -- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[7] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n groups of 2: member, token
 -- Returns: per job 0 OK (or 1 when the job was removed because its cancel was requested),
 -- -3 STALE_TOKEN, -4 NOT_LEASED.
@@ -11,7 +12,7 @@
 -- @include _lib.lua
 -- @include _token.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
-use_history_index(KEYS[6])
+use_history_index(KEYS[6], KEYS[7])
 local n = tonumber(ARGV[5])
 local result = {}
 for j = 0, n - 1 do
@@ -36,5 +37,5 @@ for j = 0, n - 1 do
   end
   result[#result + 1] = code
 end
-forget_trimmed_histories()
+rotate_history_index()
 return result

@@ -2,6 +2,7 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] topics
 -- KEYS[7] counts  KEYS[8] audit
 -- KEYS[9] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[10] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 5: member, token, reason, retry_after_ms (-1: follow the schedule),
 --   traceback ("" for none; kept in the record's `t` and the event's `tb`)
@@ -16,7 +17,7 @@
 -- @include _retry.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
-use_history_index(KEYS[9])
+use_history_index(KEYS[9], KEYS[10])
 buffer_history_index()
 local wake_channel = ARGV[5]
 local n = tonumber(ARGV[6])
@@ -36,5 +37,5 @@ for j = 0, n - 1 do
   end
 end
 flush_history_index()
-forget_trimmed_histories()
+rotate_history_index()
 return result

@@ -1,13 +1,14 @@
 -- purge: deletes dead jobs for good.
 -- KEYS[1] jobs  KEYS[2] dead  KEYS[3] counts  KEYS[4] audit
 -- KEYS[5] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[6] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n members
 -- Returns: per member 1 purged, 0 not dead (left alone).
 -- Events: purged {}.
 -- Publishes: nothing.
 -- @include _lib.lua
 local k = {jobs = KEYS[1], dead = KEYS[2], counts = KEYS[3], audit = KEYS[4]}
-use_history_index(KEYS[5])
+use_history_index(KEYS[5], KEYS[6])
 local n = tonumber(ARGV[5])
 local result = {}
 for j = 1, n do
@@ -22,5 +23,5 @@ for j = 1, n do
     result[#result + 1] = 0
   end
 end
-forget_trimmed_histories()
+rotate_history_index()
 return result

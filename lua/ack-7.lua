@@ -1,6 +1,7 @@
 -- ack: ends leased jobs successfully and deletes them.
 -- KEYS[1] jobs  KEYS[2] leased  KEYS[3] tokens  KEYS[4] counts  KEYS[5] audit
 -- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[7] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n groups of 3: member, token, detail
 -- (detail: free text kept in the event, e.g. an HTTP status; "" for none)
 -- Returns: one code per job: 0 OK, -3 STALE_TOKEN, -4 NOT_LEASED.
@@ -9,7 +10,7 @@
 -- Publishes: nothing.
 -- @include _lib.lua
 local k = {jobs = KEYS[1], leased = KEYS[2], tokens = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
-use_history_index(KEYS[6])
+use_history_index(KEYS[6], KEYS[7])
 buffer_history_index()
 local n = tonumber(ARGV[5])
 -- Batched: the tokens and records are read with one HMGET each and the deletes and counters
@@ -64,5 +65,5 @@ for topic, delta in pairs(leased_by_topic) do
   rcall('HINCRBY', k.counts, topic .. '|leased', delta)
 end
 flush_history_index()
-forget_trimmed_histories()
+rotate_history_index()
 return result

@@ -1,6 +1,7 @@
 -- schedule: creates or updates a recurring schedule and makes its pending occurrence.
 -- KEYS[1] schedules  KEYS[2] jobs  KEYS[3] delayed  KEYS[4] topics  KEYS[5] counts  KEYS[6] audit
 -- KEYS[7] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[8] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] name
 -- ARGV[7] spec (msgpack, see _schedule.lua)   ARGV[8] the grid's first time (every; 0 for cron)
 -- ARGV[9] topic default config (msgpack)   ARGV[10..] the next occurrence times (ms, ascending)
@@ -17,7 +18,7 @@
 -- @include _drop.lua
 local k = {schedules = KEYS[1], jobs = KEYS[2], delayed = KEYS[3], topics = KEYS[4],
            counts = KEYS[5], audit = KEYS[6]}
-use_history_index(KEYS[7])
+use_history_index(KEYS[7], KEYS[8])
 local wake_channel = ARGV[5]
 local name, spec_blob, anchor = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local old = load_schedule(k.schedules, name)
@@ -37,5 +38,5 @@ local spec = cmsgpack.unpack(spec_blob)
 rcall('HSETNX', k.topics, spec['t'], ARGV[9])
 local schedule = {spec = spec_blob, q = times, g = generation, a = anchor}
 local pending = arm_next(k, name, schedule, 0, wake_channel)
-forget_trimmed_histories()
+rotate_history_index()
 return {outcome, pending or ''}

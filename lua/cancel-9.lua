@@ -3,6 +3,7 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] leased  KEYS[4] tokens  KEYS[5] dead  KEYS[6] counts
 -- KEYS[7] audit
 -- KEYS[8] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[9] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] member
 -- Returns: 0 no such job, 1 removed, 2 cancel requested on a leased job (also when repeated).
 -- Events: cancelled {from} when removed; cancel_requested {} the first time a leased job is marked.
@@ -12,7 +13,7 @@
 -- @include _remove.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            counts = KEYS[6], audit = KEYS[7]}
-use_history_index(KEYS[8])
+use_history_index(KEYS[8], KEYS[9])
 local member = ARGV[5]
 local record = load_record(k.jobs, member)
 if not record then return 0 end
@@ -28,5 +29,5 @@ end
 local was = unlink(k, member)
 rcall('HDEL', k.jobs, member)
 audit(k.audit, 'cancelled', member, attempt, {'from', was})
-forget_trimmed_histories()
+rotate_history_index()
 return 1

@@ -1,6 +1,7 @@
 -- carry: moves due jobs from the delayed set to the end of their topics' ready lists.
 -- KEYS[1] delayed  KEYS[2] jobs  KEYS[3] counts  KEYS[4] audit
 -- KEYS[5] history (HASH: the audit stream's per-job index, see _lib.lua)
+-- KEYS[6] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
 -- ARGV[6] wake channel (for a schedule's next occurrence; "" for none)
 -- Returns: {moved, next_due_ms, name...} where next_due_ms is the earliest due time still
@@ -19,7 +20,7 @@
 -- @constant SCHEDULES_KEY
 local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4],
            schedules = prefix .. SCHEDULES_KEY}
-use_history_index(KEYS[5])
+use_history_index(KEYS[5], KEYS[6])
 buffer_history_index()
 local limit = tonumber(ARGV[5])
 local wake_channel = ARGV[6]
@@ -74,5 +75,5 @@ if #earliest > 0 then next_due = tonumber(earliest[2]) end
 local result = {#moved, next_due}
 for _, name in ipairs(low) do result[#result + 1] = name end
 flush_history_index()
-forget_trimmed_histories()
+rotate_history_index()
 return result

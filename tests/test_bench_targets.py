@@ -175,3 +175,19 @@ def test_memory_is_judged_on_the_enqueue_run_and_the_largest_pending_size() -> N
     verdict = targets.memory([batch], at_scale(497))
     assert verdict.met is False and "497 B without it at 10,000,000 pending" in verdict.measured
     assert targets.memory([], at_scale(250)).met is True
+
+
+def _memory_run(pending: int, keys: list[str]) -> dict[str, Any]:
+    usage = [
+        {"key": key, "bytes_per_pending_job": 10.0 + n, "samples": 0} for n, key in enumerate(keys)
+    ]
+    return {"pending": pending, "memory": {"bytes_per_pending_job": 500.0, "keys": usage}}
+
+
+def test_the_memory_table_shows_the_index_previous_generation_only_when_a_run_measured_it() -> None:
+    older = [_memory_run(10_000, ["jobs", "delayed", "audit", "history"])]
+    assert "previous generation" not in scale_report.memory_table(older)
+    newer = [_memory_run(n, ["jobs", "delayed", "audit", "history", "history-previous"])
+             for n in (10_000, 10_000_000)]  # fmt: skip
+    row = [r for r in scale_report.memory_table(newer).splitlines() if "previous generation" in r]
+    assert row == ["| its previous generation | 14.0 | 14.0 |"]

@@ -40,11 +40,14 @@ def test_one_run_per_pending_size_with_memory_per_structure(result: dict[str, An
         assert total > without_stream > without_index > 100  # a ~100-byte body at least
         assert memory["bytes_per_pending_job_without_stream_and_index_exact"] > 0
         keys = {k["key"]: k for k in memory["keys"]}
-        assert set(keys) == {"jobs", "delayed", "audit", "history"}
+        assert set(keys) == {"jobs", "delayed", "audit", "history", "history-previous"}
         # Every pending job is in the pool and the due ZSET; each has its `added` audit entry.
         assert keys["jobs"]["elements"] == keys["delayed"]["elements"] == run["pending"]
         assert keys["audit"]["elements"] >= run["pending"]
-        assert all(k["memory_usage_bytes"] > 0 and k["samples"] == 0 for k in keys.values())
+        # The fill ends no job, so every pending job's field is in the index's current generation.
+        assert keys["history"]["elements"] >= run["pending"] > keys["history-previous"]["elements"]
+        written = [k for name, k in keys.items() if name != "history-previous"]
+        assert all(k["memory_usage_bytes"] > 0 and k["samples"] == 0 for k in written)
         assert run["fill_jobs_per_s"] > 0
 
 

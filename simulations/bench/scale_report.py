@@ -192,6 +192,10 @@ def memory_table(runs: Sequence[dict[str, Any]]) -> str:
         ["the due times (`delayed` ZSET)"] + [key_cell(k, "delayed") for k in keys],
         ["the audit stream"] + [key_cell(k, "audit") for k in keys],
         ["the history index"] + [key_cell(k, "history") for k in keys],
+    ]
+    if any("history-previous" in k for k in keys):  # runs since 779cbdd: two generations
+        rows.append(["its previous generation"] + [key_cell(k, "history-previous") for k in keys])
+    rows += [
         ["in no key (the key space, allocator rounding)"]
         + [num(m.get("rest_bytes_per_pending_job"), 1) for m in memories],
     ]

@@ -1,0 +1,177 @@
+"""Redis CPU per delivered job with many delayed jobs pending, on the Store alone (issue 15).
+
+``simulations/pending_scale.py`` measures the same question through a worker process, where the
+worker's own CPU bounds the rate; this drives the scripts from one loop (carry, then lease and
+ack ``--batch`` at a time), so the figure is Redis's. For each N, a fresh private redis-server
+(a Unix socket; pinned to core 1 and this process to core 0 where there are two cores) is filled
+with N delayed jobs (~100-byte bodies, due 1 to 24 hours ahead, 1,000 per ``add_many``), then
+``--deliver-jobs`` jobs due now are added and delivered. It prints delivered jobs/s, Redis CPU
+per job (INFO cpu) and the commands inside the scripts that cost most per job (INFO
+commandstats, reset before the delivery), so the part that grows with N has a name.
+
+To compare two versions, run it from each checkout (``PYTHONPATH=<checkout>``): the scripts'
+keys are the code's, so one version's scripts cannot run under the other's Store.
+
+    python -m simulations.pending_store_loop --pending 10000 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.clock import SystemClock
+from actors.storage.store import Store
+
+from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
+
+TOPIC = "pending"
+FILL_BATCH_JOBS = 1_000
+PROGRESS_EVERY_JOBS = 1_000_000
+SHOWN_COMMANDS = 8  # the commands a report lists, costliest per job first
+
+
+@dataclass(slots=True)
+class CommandCost:
+    command: str
+    calls: int
+    usec_per_job: float
+
+
+@dataclass(slots=True)
+class LoopRun:
+    pending: int
+    delivered: int
+    fill_s: float
+    jobs_per_s: float
+    redis_cpu_us_per_job: float
+    # With what Redis's background thread spent freeing what the delivery dropped (an UNLINKed
+    # index generation), waited for after the delivery: a cost paid once per generation.
+    redis_cpu_us_per_job_with_frees: float
+    commands: list[CommandCost] = field(default_factory=list)
+
+
+def fill(store: Store, pending: int, seed: int) -> float:
+    """Adds ``pending`` delayed jobs due 1 to 24 hours ahead; returns the seconds it took."""
+    rng, body = random.Random(seed), {"order": "x" * 90}
+    started = time.perf_counter()
+    for first in range(0, pending, FILL_BATCH_JOBS):
+        last = min(pending, first + FILL_BATCH_JOBS)
+        store.add_many(
+            [
+                store.new_job(TOPIC, f"p{n}", body, delay_ms=rng.randint(3_600_000, 86_400_000))
+                for n in range(first, last)
+            ]
+        )
+        if last % PROGRESS_EVERY_JOBS == 0:
+            print(f"  filled {last:,} of {pending:,}", file=sys.stderr, flush=True)
+    return time.perf_counter() - started
+
+
+def deliver(store: Store, jobs: int, batch: int) -> int:
+    """Carries every due job, then leases and acks ``batch`` at a time; returns jobs acked."""
+    while store.carry()[0]:
+        pass
+    done = 0
+    while done < jobs:
+        leases = store.lease(TOPIC, batch)
+        if not leases:
+            break
+        store.ack_many([(x.topic, x.id, x.token) for x in leases])
+        done += len(leases)
+    return done
+
+
+def command_costs(stats: dict[str, Any], jobs: int) -> list[CommandCost]:
+    """INFO commandstats as usec per delivered job, costliest first (evalsha is the scripts'
+    whole time, the rest are the commands inside them)."""
+    found = [
+        CommandCost(name.removeprefix("cmdstat_"), int(v["calls"]), int(v["usec"]) / jobs)
+        for name, v in stats.items()
+        if name.startswith("cmdstat_") and not name.startswith(("cmdstat_config", "cmdstat_info"))
+    ]
+    return sorted(found, key=lambda c: -c.usec_per_job)
+
+
+def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir: Path) -> LoopRun:
+    server = BenchServer(workdir)
+    try:
+        store = Store(server.client, "loop", SystemClock())
+        fill_s = fill(store, pending, seed)
+        for first in range(0, deliver_jobs, FILL_BATCH_JOBS):
+            last = min(deliver_jobs, first + FILL_BATCH_JOBS)
+            store.add_many([store.new_job(TOPIC, f"now{n}", {"n": n}) for n in range(first, last)])
+        server.client.config_resetstat()
+        cpu_before, started = server.stats().cpu_ms, time.perf_counter()
+        delivered = deliver(store, deliver_jobs, batch)
+        elapsed, cpu_ms = time.perf_counter() - started, server.stats().cpu_ms - cpu_before
+        with_frees_ms = server.settled_stats().cpu_ms - cpu_before
+        return LoopRun(
+            pending=pending,
+            delivered=delivered,
+            fill_s=round(fill_s, 1),
+            jobs_per_s=round(delivered / elapsed),
+            redis_cpu_us_per_job=round(cpu_ms * 1000 / max(1, delivered), 1),
+            redis_cpu_us_per_job_with_frees=round(with_frees_ms * 1000 / max(1, delivered), 1),
+            commands=command_costs(server.client.info("commandstats"), max(1, delivered)),
+        )
+    finally:
+        server.stop()
+
+
+def report(runs: list[LoopRun], pinning: str) -> str:
+    lines = [f"pending store loop ({pinning})"]
+    for run in runs:
+        lines.append(
+            f"N={run.pending:,}: {run.delivered:,} delivered, {run.jobs_per_s:,} jobs/s, "
+            f"Redis CPU {run.redis_cpu_us_per_job} us per job, "
+            f"{run.redis_cpu_us_per_job_with_frees} with the frees after it "
+            f"(filled in {run.fill_s} s)"
+        )
+        for cost in run.commands[:SHOWN_COMMANDS]:
+            lines.append(
+                f"  {cost.command:<16} {cost.calls:>8} calls  {cost.usec_per_job:6.2f} us/job"
+            )
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pending", type=int, nargs="+", default=[10_000, 1_000_000])
+    parser.add_argument("--deliver-jobs", type=int, default=50_000, help="jobs due now")
+    parser.add_argument("--batch", type=int, default=100, help="jobs per lease and ack call")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if min(args.pending) < 0 or args.deliver_jobs < 1 or args.batch < 1:
+        parser.error("--pending must be 0 or more, --deliver-jobs and --batch positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    pin_clients()
+    pinning = pinning_text(can_pin())
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="redelay-store-loop-") as directory:
+        for n, pending in enumerate(args.pending):
+            workdir = Path(directory) / str(n)
+            workdir.mkdir()
+            runs.append(measure_one(pending, args.deliver_jobs, args.batch, args.seed, workdir))
+    if args.json:
+        print(json.dumps({"pinning": pinning, "runs": [asdict(r) for r in runs]}))
+    else:
+        print(report(runs, pinning))
+    return 0 if all(r.delivered == args.deliver_jobs for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""The store-loop simulator runs end to end on a small N and reports what it measured.
+
+Not a timed test: it checks counts and that each figure is there, never a speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulations.pending_store_loop import measure_one, parse_args, report
+
+
+def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: Path) -> None:
+    run = measure_one(pending=2_000, deliver_jobs=300, batch=50, seed=1, workdir=tmp_path)
+    assert run.pending == 2_000 and run.delivered == 300
+    assert run.jobs_per_s > 0 and run.redis_cpu_us_per_job_with_frees >= run.redis_cpu_us_per_job
+    names = [cost.command for cost in run.commands]
+    # The scripts' whole time is the costliest; the commands inside them follow.
+    assert names[0] == "evalsha" and {"xadd", "hmget"} <= set(names)
+    assert run.commands[0].usec_per_job > 0 and run.commands[0].calls >= 300 // 50
+    text = report([run], "not pinned")
+    assert "N=2,000: 300 delivered" in text and "evalsha" in text
+
+
+def test_the_store_loop_refuses_arguments_that_measure_nothing() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--deliver-jobs", "0"])
+    assert parse_args(["--pending", "0", "5"]).pending == [0, 5]

@@ -309,7 +309,7 @@ def test_history_reads_the_index_and_scan_reads_the_stream(cli: Cli, store: Stor
     cli("add", "t", "1")
     indexed = cli.json("history", "t", "1")
     # Events an older redelay wrote are in the stream only: --scan still finds them.
-    store.client.delete(store.keys.history)
+    store.client.delete(*store.keys.history_keys)
     assert cli("history", "t", "1").returncode == 1
     assert "--scan" in cli("history", "t", "1").stderr
     assert cli.json("history", "t", "1", "--scan") == indexed

@@ -530,16 +530,18 @@ class LifecycleMachine(RuleBasedStateMachine):
     @invariant()
     def the_history_index_names_every_entry_of_each_job(self) -> None:
         """The per-job index holds, for every job, exactly the ids a scan of the stream finds
-        (nothing is trimmed here), so history through the index is the stream's history."""
+        (nothing is trimmed here, so no generation is dropped), so history through the index is
+        the stream's history."""
         scanned: dict[str, list[str]] = {}
         for entry_id, fields in self.store.iter_audit():
             if fields["i"]:  # topic events (pause, resume) name no job
                 scanned.setdefault(f"{fields['t']}|{fields['i']}", []).append(entry_id)
-        indexed = {
-            _s(member): _s(ids).split()
-            for member, ids in self.client.hgetall(self.store.keys.history).items()
-            if member != b""  # the field "" holds the index's sweep cursor
-        }
+        indexed: dict[str, list[str]] = {}
+        # Both generations, the previous one's ids first; the field "" holds when one began.
+        for key in self.store.keys.history_keys:
+            for member, ids in self.client.hgetall(key).items():
+                if member != b"":
+                    indexed.setdefault(_s(member), []).extend(_s(ids).split())
         assert indexed == scanned
 
     # -- the end: drain, then at-least-once -----------------------------------------------

@@ -59,12 +59,13 @@ local minid_trimmed = false
 -- The per-job index of the audit stream (<prefix>history): member -> the ids of its entries,
 -- oldest first, space separated, so one job's history is read in time proportional to its own
 -- events. Written here, in the script that writes the entry. The index follows the stream's
--- retention in two generations: <prefix>history takes every new id, and <prefix>history-previous
+-- retention in two generations: <prefix>history takes every new id, <prefix>history-previous
 -- holds the ids written before the current generation began (its field "", which no member can
--- be, holds that entry time in ms). Once the stream's oldest entry is newer than that time, every
--- id of the previous generation is trimmed: the scripts that end jobs then drop it whole (UNLINK,
--- freed off Redis's main thread) and the current one becomes the previous. So forgetting trimmed
--- histories costs one XRANGE and one HGET an ending call, not a scan of the index's fields.
+-- be, holds that entry time in ms, as "0 <ms>"). Once the stream's oldest entry is newer than
+-- that time, every id of the previous generation is trimmed: the scripts that end jobs then
+-- drop it whole (UNLINK, freed off Redis's main thread) and the current one becomes the
+-- previous. So forgetting trimmed histories costs one XRANGE and one HGET an ending call, not a
+-- scan of the index's fields.
 local history_key, history_previous_key = nil, nil
 local GENERATION_FIELD = ''
 
@@ -144,21 +145,31 @@ end
 
 -- Called by the scripts that end jobs, after their last entry: when the stream's oldest entry is
 -- newer than the current generation's start, every id of the previous generation is trimmed, so
--- it goes and the current one becomes the previous. An index without a start (new, or written by
--- a redelay that swept it field by field: its "" held "<cursor> <ms>") becomes the previous
--- generation at once and goes once the stream has trimmed every entry written before now.
+-- it goes and the current one becomes the previous. The start is kept as "0 <ms>", the form the
+-- field-by-field sweep of redelay before 779cbdd kept in "" ("<cursor> <ms>", 0: between passes):
+-- so an older worker still running beside this one sweeps the current generation as its own
+-- index, and only ever raises the start (a later start drops the previous generation later,
+-- never early). An index without a start is new or was emptied: with no previous generation it
+-- becomes the previous one; with one, it only gets a start, as its ids may still be in the stream.
 local function rotate_history_index()
   if ends_in_call == 0 or last_stream == nil then return end
   ends_in_call = 0
   local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
   if #oldest == 0 then return end
-  local began_ms = tonumber(rcall('HGET', history_key, GENERATION_FIELD) or '')
-  if began_ms and entry_ms(oldest[1][1]) <= began_ms then return end
-  rcall('UNLINK', history_previous_key)
-  if rcall('EXISTS', history_key) == 1 then rcall('RENAME', history_key, history_previous_key) end
+  local state = rcall('HGET', history_key, GENERATION_FIELD)
+  local began_ms = state and tonumber(string.match(state, '(%d+)$'))
   -- Ids of the newest entry's millisecond may be in both generations; the previous one goes
   -- only once the oldest entry is past that millisecond.
-  rcall('HSET', history_key, GENERATION_FIELD, string.match(last_entry_id, '^(%d+)'))
+  local start = '0 ' .. string.match(last_entry_id, '^(%d+)')
+  if began_ms then
+    if entry_ms(oldest[1][1]) <= began_ms then return end
+    rcall('UNLINK', history_previous_key)
+  elseif rcall('EXISTS', history_previous_key) == 1 then
+    rcall('HSET', history_key, GENERATION_FIELD, start)
+    return
+  end
+  if rcall('EXISTS', history_key) == 1 then rcall('RENAME', history_key, history_previous_key) end
+  rcall('HSET', history_key, GENERATION_FIELD, start)
 end
 
 -- One table for every XADD of the call, filled up to `n` and passed with unpack(t, 1, n), instead

@@ -192,6 +192,25 @@ def test_a_history_that_spans_two_generations_reads_oldest_first(store: Store) -
     assert current is not None and decoded(current).split() == [entries[1][0]]
 
 
+def test_the_start_of_a_generation_reads_as_the_old_sweep_between_passes(store: Store) -> None:
+    # A worker from before the generations, running beside this one, parses "" as its sweep's
+    # "<cursor> <ms>": cursor 0 is between passes, and its sweep only ever raises the ms.
+    run_to_ack(store, "t", "first")
+    start = decoded(store.client.hget(store.keys.history, "") or b"")
+    acked_ms = int(store.job_entries("t", "first")[-1][0].split("-")[0])
+    assert start == f"0 {acked_ms}"
+
+
+def test_a_lost_start_never_drops_the_previous_generation_early(store: Store) -> None:
+    store.add(store.new_job("t", "kept", {"n": 1}, delay_ms=60_000))
+    run_to_ack(store, "t", "first")  # "kept" is in the previous generation, still in the stream
+    store.client.hdel(store.keys.history, "")
+    run_to_ack(store, "t", "second")
+    assert store.client.hget(store.keys.history_previous, "t|kept") is not None
+    assert [f["e"] for _, f in store.job_entries("t", "kept")] == ["added"]
+    assert store.client.hexists(store.keys.history, "")
+
+
 def test_an_index_swept_field_by_field_becomes_the_previous_generation(store: Store) -> None:
     # An index a redelay before the generations wrote: "" held the sweep's "<cursor> <ms>".
     store.add(store.new_job("t", "before", {"n": 1}, delay_ms=60_000))

@@ -77,28 +77,17 @@ def add(
     if replace:
         return ScriptCall(
             "replace",
-            [
-                k.jobs,
-                k.delayed,
-                k.leased,
-                k.tokens,
-                k.dead,
-                k.topics,
-                k.counts,
-                k.audit,
-                k.history,
-                k.history_previous,
-            ],
+            k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts),
             args,
         )
-    return ScriptCall("add", [k.jobs, k.delayed, k.topics, k.counts, k.audit, k.history], args)
+    return ScriptCall("add", k.audited(k.jobs, k.delayed, k.topics, k.counts), args)
 
 
 def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
     return ScriptCall(
         "carry",
-        [k.delayed, k.jobs, k.counts, k.audit, k.history, k.history_previous],
+        k.ending(k.delayed, k.jobs, k.counts),
         [*at.common(k), limit, k.wake_channel],
     )
 
@@ -107,18 +96,7 @@ def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
     k = keys
     return ScriptCall(
         "expire",
-        [
-            k.jobs,
-            k.delayed,
-            k.leased,
-            k.tokens,
-            k.dead,
-            k.topics,
-            k.counts,
-            k.audit,
-            k.history,
-            k.history_previous,
-        ],
+        k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts),
         [*at.common(k), k.wake_channel, limit],
     )
 
@@ -146,9 +124,7 @@ def lease(keys: ShardKeys, at: CallTime, topic: str, limit: int, consumer: str) 
 def pause(keys: ShardKeys, at: CallTime, topic: str, paused: bool) -> ScriptCall:
     """Pauses (``paused``) or resumes ``topic`` in one shard."""
     k = keys
-    return ScriptCall(
-        "pause", [k.gates, k.audit, k.history], [*at.common(k), topic, 1 if paused else 0]
-    )
+    return ScriptCall("pause", k.audited(k.gates), [*at.common(k), topic, 1 if paused else 0])
 
 
 def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> ScriptCall:
@@ -156,7 +132,7 @@ def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> 
     k = keys
     return ScriptCall(
         "ack",
-        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history, k.history_previous],
+        k.ending(k.jobs, k.leased, k.tokens, k.counts),
         [*at.common(k), len(acks), *_flat(acks)],
     )
 
@@ -168,18 +144,7 @@ def fail(
     k = keys
     return ScriptCall(
         "fail",
-        [
-            k.jobs,
-            k.delayed,
-            k.leased,
-            k.tokens,
-            k.dead,
-            k.topics,
-            k.counts,
-            k.audit,
-            k.history,
-            k.history_previous,
-        ],
+        k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts),
         [*at.common(k), k.wake_channel, len(failures), *_flat(failures)],
     )
 
@@ -189,7 +154,7 @@ def extend(keys: ShardKeys, at: CallTime, extensions: Sequence[tuple[str, str, i
     k = keys
     return ScriptCall(
         "extend",
-        [k.jobs, k.leased, k.tokens, k.audit, k.history],
+        k.audited(k.jobs, k.leased, k.tokens),
         [*at.common(k), len(extensions), *_flat(extensions)],
     )
 
@@ -199,7 +164,7 @@ def release(keys: ShardKeys, at: CallTime, releases: Sequence[tuple[str, str]]) 
     k = keys
     return ScriptCall(
         "release",
-        [k.jobs, k.leased, k.tokens, k.counts, k.audit, k.history, k.history_previous],
+        k.ending(k.jobs, k.leased, k.tokens, k.counts),
         [*at.common(k), len(releases), *_flat(releases)],
     )
 
@@ -209,17 +174,7 @@ def cancel(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     k = keys
     return ScriptCall(
         "cancel",
-        [
-            k.jobs,
-            k.delayed,
-            k.leased,
-            k.tokens,
-            k.dead,
-            k.counts,
-            k.audit,
-            k.history,
-            k.history_previous,
-        ],
+        k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts),
         [*at.common(k), job],
     )
 
@@ -228,7 +183,7 @@ def requeue(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall
     k = keys
     return ScriptCall(
         "requeue",
-        [k.jobs, k.dead, k.delayed, k.counts, k.audit, k.history],
+        k.audited(k.jobs, k.dead, k.delayed, k.counts),
         [*at.common(k), len(members), *members],
     )
 
@@ -237,7 +192,7 @@ def purge(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
     k = keys
     return ScriptCall(
         "purge",
-        [k.jobs, k.dead, k.counts, k.audit, k.history, k.history_previous],
+        k.ending(k.jobs, k.dead, k.counts),
         [*at.common(k), len(members), *members],
     )
 

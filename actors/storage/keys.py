@@ -69,6 +69,16 @@ class ShardKeys:
         """The index's previous generation: ids written before ``history`` began."""
         return self.prefix + c.HISTORY_PREVIOUS_KEY
 
+    def audited(self, *structures: str) -> list[str]:
+        """A transition script's keys: its own ``structures``, then the audit stream and its
+        per-job index, declared last (lua/_lib.lua)."""
+        return [*structures, self.audit, self.history]
+
+    def ending(self, *structures: str) -> list[str]:
+        """As :meth:`audited`, for a script that ends jobs: it may drop the index's previous
+        generation (rotate_history_index in lua/_lib.lua), so that is declared last."""
+        return [*self.audited(*structures), self.history_previous]
+
     @property
     def history_keys(self) -> tuple[str, str]:
         """Both generations of the index, the previous one first (as history reads them)."""

@@ -94,16 +94,7 @@ def schedule(
     k = keys
     return ScriptCall(
         "schedule",
-        [
-            k.schedules,
-            k.jobs,
-            k.delayed,
-            k.topics,
-            k.counts,
-            k.audit,
-            k.history,
-            k.history_previous,
-        ],
+        k.ending(k.schedules, k.jobs, k.delayed, k.topics, k.counts),
         [*at.common(k), k.wake_channel, name, spec_blob, anchor_ms, topic_config, *times],
     )
 
@@ -112,7 +103,7 @@ def unschedule(keys: ShardKeys, at: CallTime, name: str) -> ScriptCall:
     k = keys
     return ScriptCall(
         "unschedule",
-        [k.schedules, k.jobs, k.delayed, k.counts, k.audit, k.history, k.history_previous],
+        k.ending(k.schedules, k.jobs, k.delayed, k.counts),
         [*at.common(k), name],
     )
 
@@ -123,7 +114,7 @@ def refill(
     k = keys
     return ScriptCall(
         "refill",
-        [k.schedules, k.jobs, k.delayed, k.counts, k.audit, k.history],
+        k.audited(k.schedules, k.jobs, k.delayed, k.counts),
         [*at.common(k), k.wake_channel, name, generation, *times],
     )
 

@@ -158,11 +158,11 @@ local function rotate_history_index()
   if #oldest == 0 then return end
   local state = rcall('HGET', history_key, GENERATION_FIELD)
   local began_ms = state and tonumber(string.match(state, '(%d+)$'))
+  if began_ms and entry_ms(oldest[1][1]) <= began_ms then return end
   -- Ids of the newest entry's millisecond may be in both generations; the previous one goes
   -- only once the oldest entry is past that millisecond.
   local start = '0 ' .. string.match(last_entry_id, '^(%d+)')
   if began_ms then
-    if entry_ms(oldest[1][1]) <= began_ms then return end
     rcall('UNLINK', history_previous_key)
   elseif rcall('EXISTS', history_previous_key) == 1 then
     rcall('HSET', history_key, GENERATION_FIELD, start)

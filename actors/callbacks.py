@@ -134,6 +134,10 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection):
+    # http.client writes "Host: name:port" unless the port is the class's default; the plain
+    # connection's is 80, so without this an https call on 443 would send "name:443".
+    default_port = http.client.HTTPS_PORT
+
     def __init__(
         self, host: str, port: int, address: AddressInfo, timeout: float, context: ssl.SSLContext
     ) -> None:

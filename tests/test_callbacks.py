@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from _certificates import self_signed
 from _wait import wait_until
 
 from actors import DelayQueue, Job, Retry
@@ -20,6 +24,7 @@ from actors.callbacks import (
     CallbackHandler,
     CallbackPolicy,
     CallbackRefused,
+    _PinnedHTTPSConnection,
     register_callbacks,
 )
 from actors.errors import ConfigError
@@ -294,3 +299,38 @@ def test_end_to_end_retry_after_sets_the_next_due_time(queue: DelayQueue, hook: 
     )
     assert delay_ms == 1000  # Retry-After: 1, not the schedule's 600 s
     assert failed["why"] == "HTTP 503: later"
+
+
+def test_an_https_callback_on_port_443_sends_the_host_without_a_port(tmp_path: Path) -> None:
+    # A callback connects to the address its URL's host was checked to resolve to (here a local
+    # TLS server on a free port) while the URL says port 443: the Host header must then be the
+    # bare name, as any https client sends it, or a server that routes by Host may not match.
+    cert, key = self_signed(tmp_path)
+    hosts: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hosts.append(self.headers.get("Host"))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = (socket.AF_INET, ("127.0.0.1", server.server_address[1]))
+        trusted = ssl.create_default_context(cafile=str(cert))
+        connection = _PinnedHTTPSConnection("127.0.0.1", 443, address, 5.0, trusted)
+        connection.request("POST", "/orders", body=b"{}")
+        assert connection.getresponse().status == 200
+        connection.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hosts == ["127.0.0.1"]

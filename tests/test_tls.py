@@ -8,7 +8,6 @@ without TLS: only the binaries that accept ``--tls-port`` are used.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from _certificates import self_signed
 from _wait import wait_until
 from conftest import redis_binaries
 
@@ -46,24 +46,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "redis.crt", directory / "redis.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture(params=redis_binaries())
 def tls_url(
     request: pytest.FixtureRequest, tmp_path: Path, redis_factory: Callable[..., RedisProcess]
 ) -> str:
     binary = request.param
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl command to make a certificate with")
     if not has_tls(binary):
         pytest.skip(f"{binary} is built without TLS")
     cert, key = self_signed(tmp_path)

@@ -65,8 +65,8 @@ bench-quick: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m simulations.bench --quick
 
 # Crash simulations (docs/simulations.md): the deterministic simulator on a fake clock, then
-# process chaos with real workers. CI-sized, a minute or so each; `make test` runs the same
-# through tests/test_simulations.py. SEED picks the run (a failure prints its seed).
+# process chaos with real workers. CI-sized, a minute or so each; `make test` runs both at CI size
+# through tests/test_simulations.py (chaos for 30 s there). SEED picks the run (a failure prints its seed).
 SEED ?= 1
 .PHONY: soak
 

@@ -190,7 +190,8 @@ class RedisCollector:
         if self._memory is not None:
             full = GaugeMetricFamily(
                 "redelay_redis_full",
-                "1 when Redis is over its maxmemory (adds are refused, delivery goes on), else 0.",
+                "1 when Redis is at its maxmemory, within 1% or over (adds are refused, delivery "
+                "goes on), else 0.",
             )
             try:
                 full.add_metric([], 1 if self._memory()["full"] else 0)

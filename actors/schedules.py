@@ -3,7 +3,7 @@
 Pure: no Redis, no threads. Lua cannot evaluate a cron expression, so Python computes the next
 :data:`OCCURRENCES_AHEAD` occurrence times and stores them with the schedule; the scripts that
 move an occurrence on (``lua/carry-6.lua``) take the next time from that list and make the next
-occurrence in the same call, and ``lua/refill-1.lua`` tops the list up (see docs/schedules.md).
+occurrence in the same call, and ``lua/refill-6.lua`` tops the list up (see docs/schedules.md).
 
 An occurrence is an ordinary job whose id is derived from the schedule's name and the
 occurrence's time (:func:`occurrence_id`), so two processes can never make the same occurrence

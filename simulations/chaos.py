@@ -50,7 +50,14 @@ from ._user_app import load_app_handlers, load_bodies
 from .chaos_redis import deployment
 from .chaos_settings import BACKLOG_PREFETCH, BACKLOG_RATE_PER_S, ChaosSettings, derive
 from .chaos_worker import DEFAULT_NAMESPACE
-from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, EXIT_USAGE, Evidence, check_all
+from .checkers import (
+    EXIT_INTERNAL,
+    EXIT_NO_REDIS,
+    EXIT_USAGE,
+    Evidence,
+    check_all,
+    exit_codes_text,
+)
 from .ledger import JobRow, Ledger
 from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
@@ -513,8 +520,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Runs redelay worker processes under process, connection and Redis faults.",
-        epilog="Exit codes: 0 ok, 10 early, 11 cancelled_delivered, 12 after_ack, "
-        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 18 user_check, "
+        epilog=f"Exit codes: 0 ok, {exit_codes_text()}, "
         "1 simulator error, 2 usage, 3 no redis-server (or, with --cluster, no local cluster). "
         "See docs/simulations.md.",
     )

@@ -80,6 +80,13 @@ EXIT_CODES: dict[Failure, int] = {
     Failure.USER_CHECK: 18,
 }
 
+
+def exit_codes_text() -> str:
+    """The failure exit codes in number order, for a simulator's --help (``10 early, ...``)."""
+    ordered = sorted(EXIT_CODES.items(), key=lambda item: item[1])
+    return ", ".join(f"{code} {failure.value}" for failure, code in ordered)
+
+
 MEANINGS: dict[Failure, str] = {
     Failure.EARLY: "a job was delivered before its due time",
     Failure.CANCELLED_DELIVERED: "a cancelled job was delivered",

@@ -34,7 +34,14 @@ from actors.errors import RedisServerNotFound
 from . import chart, report
 from ._det_world import World
 from ._user_app import load_app_handlers, load_bodies
-from .checkers import EXIT_INTERNAL, EXIT_NO_REDIS, EXIT_USAGE, Evidence, check_all
+from .checkers import (
+    EXIT_INTERNAL,
+    EXIT_NO_REDIS,
+    EXIT_USAGE,
+    Evidence,
+    check_all,
+    exit_codes_text,
+)
 from .det_settings import MODES, DetSettings, derive
 from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
@@ -364,8 +371,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Simulates hours of a redelay deployment under faults, on a fake clock.",
-        epilog="Exit codes: 0 ok, 10 early, 11 cancelled_delivered, 12 after_ack, "
-        "13 audit_drift, 14 lost, 15 unexplained_duplicate, 16 stuck, 17 late, 18 user_check, "
+        epilog=f"Exit codes: 0 ok, {exit_codes_text()}, "
         "1 simulator error, 2 usage, 3 no redis-server. See docs/simulations.md.",
     )
     parser.set_defaults(prog=prog)

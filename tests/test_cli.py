@@ -634,6 +634,20 @@ def test_a_redis_that_refuses_writes_gives_its_own_exit_code_not_a_traceback(
     assert client.exists(f"redelay:{{{NS}.0}}:jobs") == 0
 
 
+def test_verify_at_maxmemory_exits_as_refused_without_a_traceback(redis_factory: Any) -> None:
+    # verify reads the live state in a MULTI, and Redis refuses every command queued in a MULTI
+    # while it is over maxmemory: that is a refusal (7) like any other, not a crash.
+    server = redis_factory()
+    client = server.client()
+    assert run("--redis", server.url, "--namespace", NS, "add", "t", "j1").returncode == 0
+    client.set("ballast", b"x" * 2_000_000)
+    client.config_set("maxmemory", "1mb")
+    result = run("--redis", server.url, "--namespace", NS, "verify", "--json")
+    assert result.returncode == 7, result.stderr
+    assert json.loads(result.stdout)["error"] == "redis_refused"
+    assert "Traceback" not in result.stderr
+
+
 # -- issue 11: what new users hit -------------------------------------------------------------
 
 

@@ -204,8 +204,8 @@ def test_a_worker_opens_a_bounded_number_of_connections(
     redis_factory: Callable[..., RedisProcess],
 ) -> None:
     """docs/concepts.md counts them: per process 1 subscriber (the notifier, for every topic),
-    no blocking connection, and a shared pool of at most 4 + 2 per topic (one per actor that
-    talks to Redis, plus the clock and the caller's own calls)."""
+    no blocking connection, and a shared pool of at most 5 + 2 per topic (one per actor that
+    talks to Redis, plus the heartbeat, the clock and the caller's own calls)."""
     server = redis_factory()
     probe = server.client()
     queue = DelayQueue(server.url, namespace=NAMESPACE)
@@ -222,7 +222,7 @@ def test_a_worker_opens_a_bounded_number_of_connections(
         blocking = [c for c in clients if "b" in c["flags"]]
         subscribers = [c for c in clients if int(c["sub"]) > 0]
         assert len(blocking) == 0 and len(subscribers) == 1
-        assert len(clients) <= 1 + 4 + 2 * len(topics), clients
+        assert len(clients) <= 1 + 5 + 2 * len(topics), clients
     finally:
         queue.stop(grace=1)
     wait_for(lambda: len(probe.client_list()) == 1, "every connection closed by stop()")

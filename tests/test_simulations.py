@@ -6,6 +6,7 @@ The end-to-end runs are what `make test` uses to run the simulations in CI (abou
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -705,3 +706,11 @@ def test_the_chaos_drain_waits_for_your_longest_retry_schedule() -> None:
     assert longer.drain_limit_s == settings.drain_limit_s + (665_000 - own) / 1000
     fast = TopicPlan("t", 4, 10_000, settings.topics[0].lease_ms, (0,))
     assert settings.with_topics((fast,)).drain_limit_s == settings.drain_limit_s
+
+
+@pytest.mark.parametrize("simulator", ["deterministic", "chaos"])
+def test_each_simulators_help_names_every_failure_exit_code(simulator: str) -> None:
+    module = importlib.import_module(f"simulations.{simulator}")
+    epilog = module.build_parser().epilog
+    for failure, code in EXIT_CODES.items():
+        assert f"{code} {failure.value}" in epilog

@@ -1,9 +1,9 @@
 """Worker heartbeats: one key per worker that expires by itself, and an index of their names.
 
 A worker writes ``redelay:{<namespace>}:worker:<name>`` (JSON, with a TTL of a few beats) and adds
-its name to ``redelay:{<namespace>}:workers``. Readers take the index and every key in one round
-trip (one hash tag, so one slot on a cluster too); names whose key expired are dropped from the
-index by the reader, so a crashed worker leaves nothing behind. A clean stop deletes both.
+its name to ``redelay:{<namespace>}:workers``. Readers take the index, then every key (one hash
+tag, so one slot on a cluster too): two round trips; names whose key expired are dropped from the
+index by the reader (a third), so a crashed worker leaves nothing behind. A clean stop deletes both.
 """
 
 from __future__ import annotations

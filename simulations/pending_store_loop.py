@@ -9,6 +9,12 @@ with N delayed jobs (~100-byte bodies, due 1 to 24 hours ahead, 1,000 per ``add_
 per job (INFO cpu) and the commands inside the scripts that cost most per job (INFO
 commandstats, reset before the delivery), so the part that grows with N has a name.
 
+Then it drops the index generation the delivery left behind the way the scripts do (the stream
+trimmed past the current generation's start, one more ack), and prints what that drop cost: the
+ack's own time, how long Redis's background thread took to free the generation, the Redis CPU
+it spent (all threads; one pinned core is shared by both) and the slowest PING while it ran,
+because a cost paid once per generation shows in no per-job figure.
+
 To compare two versions, run it from each checkout (``PYTHONPATH=<checkout>``): the scripts'
 keys are the code's, so one version's scripts cannot run under the other's Store.
 
@@ -37,6 +43,8 @@ TOPIC = "pending"
 FILL_BATCH_JOBS = 1_000
 PROGRESS_EVERY_JOBS = 1_000_000
 SHOWN_COMMANDS = 8  # the commands a report lists, costliest per job first
+GENERATION_FIELD = ""  # the index field that holds its generation's start (lua/_lib.lua)
+FREE_TIMEOUT_S = 120.0  # a 10,000,000-field generation frees in seconds; give up long after
 
 
 @dataclass(slots=True)
@@ -57,6 +65,19 @@ class LoopRun:
     # index generation), waited for after the delivery: a cost paid once per generation.
     redis_cpu_us_per_job_with_frees: float
     commands: list[CommandCost] = field(default_factory=list)
+    drop: GenerationDrop | None = None
+
+
+@dataclass(slots=True)
+class GenerationDrop:
+    """What dropping one whole index generation cost (rotate_history_index's UNLINK)."""
+
+    fields: int  # the dropped generation's fields
+    ack_ms: float  # the ack call that dropped it, round trip
+    free_ms: float  # from before that ack until Redis had no lazily freed object left
+    redis_cpu_ms: float  # the Redis process's CPU over the same time, every thread
+    ping_max_ms: float  # the slowest PING sent while the generation was being freed
+    pings: int
 
 
 def fill(store: Store, pending: int, seed: int) -> float:
@@ -90,6 +111,47 @@ def deliver(store: Store, jobs: int, batch: int) -> int:
     return done
 
 
+def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
+    """Trims the stream past the current generation's start, so that the next ack drops the
+    previous generation (UNLINK) and renames the current one in its place, then acks one job and
+    PINGs Redis until the background free is done. None when there is no previous generation."""
+    client, keys = server.client, store.keys
+    fields = int(client.hlen(keys.history_previous))
+    fields -= int(client.hexists(keys.history_previous, GENERATION_FIELD))
+    start = client.hget(keys.history, GENERATION_FIELD)
+    if fields == 0 or start is None:
+        return None
+    began_ms = int(start.split()[-1])
+    # Exact: an approximate trim keeps the stream node that holds older entries, and the ack
+    # would then find one of them and keep the generation.
+    client.xtrim(keys.audit, minid=f"{began_ms + 1}-0", approximate=False)
+    store.add_many([store.new_job(TOPIC, "drop", {"n": 0})])
+    store.carry()
+    leases = store.lease(TOPIC, 1)
+    cpu_before, started = server.stats().cpu_ms, time.perf_counter()
+    store.ack_many([(x.topic, x.id, x.token) for x in leases])
+    ack_ms = (time.perf_counter() - started) * 1000
+    pings, ping_max_ms = 0, 0.0
+    while time.perf_counter() - started < FREE_TIMEOUT_S:
+        sent = time.perf_counter()
+        client.ping()
+        pings, ping_max_ms = pings + 1, max(ping_max_ms, (time.perf_counter() - sent) * 1000)
+        if int(client.info("memory").get("lazyfree_pending_objects", 0)) == 0:
+            break
+    free_ms = (time.perf_counter() - started) * 1000
+    # The generation that was current is now the previous one: the ack rotated, so it dropped.
+    if client.hget(keys.history_previous, GENERATION_FIELD) != start:
+        raise RuntimeError("the ack did not drop the previous index generation")
+    return GenerationDrop(
+        fields=fields,
+        ack_ms=round(ack_ms, 2),
+        free_ms=round(free_ms, 2),
+        redis_cpu_ms=round(server.stats().cpu_ms - cpu_before, 1),
+        ping_max_ms=round(ping_max_ms, 2),
+        pings=pings,
+    )
+
+
 def command_costs(stats: dict[str, Any], jobs: int) -> list[CommandCost]:
     """INFO commandstats as usec per delivered job, costliest first (evalsha is the scripts'
     whole time, the rest are the commands inside them)."""
@@ -114,6 +176,7 @@ def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir:
         delivered = deliver(store, deliver_jobs, batch)
         elapsed, cpu_ms = time.perf_counter() - started, server.stats().cpu_ms - cpu_before
         with_frees_ms = server.settled_stats().cpu_ms - cpu_before
+        commands = command_costs(server.client.info("commandstats"), max(1, delivered))
         return LoopRun(
             pending=pending,
             delivered=delivered,
@@ -121,7 +184,8 @@ def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir:
             jobs_per_s=round(delivered / elapsed),
             redis_cpu_us_per_job=round(cpu_ms * 1000 / max(1, delivered), 1),
             redis_cpu_us_per_job_with_frees=round(with_frees_ms * 1000 / max(1, delivered), 1),
-            commands=command_costs(server.client.info("commandstats"), max(1, delivered)),
+            commands=commands,
+            drop=drop_generation(server, store),
         )
     finally:
         server.stop()
@@ -139,6 +203,13 @@ def report(runs: list[LoopRun], pinning: str) -> str:
         for cost in run.commands[:SHOWN_COMMANDS]:
             lines.append(
                 f"  {cost.command:<16} {cost.calls:>8} calls  {cost.usec_per_job:6.2f} us/job"
+            )
+        if run.drop is not None:
+            d = run.drop
+            lines.append(
+                f"  dropping the previous index generation ({d.fields:,} fields): the ack took "
+                f"{d.ack_ms} ms, freed in {d.free_ms:,} ms, Redis CPU {d.redis_cpu_ms:,} ms, "
+                f"slowest of {d.pings:,} PINGs meanwhile {d.ping_max_ms} ms"
             )
     return "\n".join(lines)
 

@@ -20,8 +20,14 @@ def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: 
     # The scripts' whole time is the costliest; the commands inside them follow.
     assert names[0] == "evalsha" and {"xadd", "hmget"} <= set(names)
     assert run.commands[0].usec_per_job > 0 and run.commands[0].calls >= 300 // 50
+    # The fill's 2,000 index fields became the previous generation at the first ack; the drop
+    # trimmed the stream past the current one's start, and one more ack dropped them.
+    drop = run.drop
+    assert drop is not None and drop.fields >= 2_000 and drop.pings >= 1
+    assert drop.ack_ms > 0 and drop.free_ms >= drop.ack_ms
     text = report([run], "not pinned")
     assert "N=2,000: 300 delivered" in text and "evalsha" in text
+    assert f"dropping the previous index generation ({drop.fields:,} fields)" in text
 
 
 def test_the_store_loop_refuses_arguments_that_measure_nothing() -> None:

@@ -29,6 +29,8 @@ AUDIT_KEY: Final = "audit"  # STREAM of transition events
 HISTORY_KEY: Final = "history"  # HASH member -> its audit entry ids (an index); "" when it began
 # HASH: the index's previous generation, dropped whole once the stream trimmed all of it (_lib.lua)
 HISTORY_PREVIOUS_KEY: Final = "history-previous"
+# The index field that holds when its generation began, as "0 <ms>" (rotate_history_index)
+HISTORY_GENERATION_FIELD: Final = ""
 SCHEDULES_KEY: Final = "schedules"  # HASH schedule name -> msgpack schedule record
 GATES_KEY: Final = "gates"  # HASH "<topic>|paused|rate|flight|tat" -> a topic's gate (_gate.lua)
 WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest

@@ -67,7 +67,7 @@ local minid_trimmed = false
 -- previous. So forgetting trimmed histories costs one XRANGE and one HGET an ending call, not a
 -- scan of the index's fields.
 local history_key, history_previous_key = nil, nil
-local GENERATION_FIELD = ''
+-- @constant HISTORY_GENERATION_FIELD
 
 -- Each script that writes audit entries names its index key (its last KEYS, or the last but one
 -- with the previous generation last, in the scripts that end jobs) before writing one.
@@ -156,7 +156,7 @@ local function rotate_history_index()
   ends_in_call = 0
   local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
   if #oldest == 0 then return end
-  local state = rcall('HGET', history_key, GENERATION_FIELD)
+  local state = rcall('HGET', history_key, HISTORY_GENERATION_FIELD)
   local began_ms = state and tonumber(string.match(state, '(%d+)$'))
   if began_ms and entry_ms(oldest[1][1]) <= began_ms then return end
   -- Ids of the newest entry's millisecond may be in both generations; the previous one goes
@@ -165,11 +165,11 @@ local function rotate_history_index()
   if began_ms then
     rcall('UNLINK', history_previous_key)
   elseif rcall('EXISTS', history_previous_key) == 1 then
-    rcall('HSET', history_key, GENERATION_FIELD, start)
+    rcall('HSET', history_key, HISTORY_GENERATION_FIELD, start)
     return
   end
   if rcall('EXISTS', history_key) == 1 then rcall('RENAME', history_key, history_previous_key) end
-  rcall('HSET', history_key, GENERATION_FIELD, start)
+  rcall('HSET', history_key, HISTORY_GENERATION_FIELD, start)
 end
 
 -- One table for every XADD of the call, filled up to `n` and passed with unpack(t, 1, n), instead

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors import _constants as c
 from actors.clock import SystemClock
 from actors.storage.store import Store
 
@@ -43,7 +44,6 @@ TOPIC = "pending"
 FILL_BATCH_JOBS = 1_000
 PROGRESS_EVERY_JOBS = 1_000_000
 SHOWN_COMMANDS = 8  # the commands a report lists, costliest per job first
-GENERATION_FIELD = ""  # the index field that holds its generation's start (lua/_lib.lua)
 FREE_TIMEOUT_S = 120.0  # a 10,000,000-field generation frees in seconds; give up long after
 
 
@@ -117,8 +117,8 @@ def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
     PINGs Redis until the background free is done. None when there is no previous generation."""
     client, keys = server.client, store.keys
     fields = int(client.hlen(keys.history_previous))
-    fields -= int(client.hexists(keys.history_previous, GENERATION_FIELD))
-    start = client.hget(keys.history, GENERATION_FIELD)
+    fields -= int(client.hexists(keys.history_previous, c.HISTORY_GENERATION_FIELD))
+    start = client.hget(keys.history, c.HISTORY_GENERATION_FIELD)
     if fields == 0 or start is None:
         return None
     began_ms = int(start.split()[-1])
@@ -140,7 +140,7 @@ def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
             break
     free_ms = (time.perf_counter() - started) * 1000
     # The generation that was current is now the previous one: the ack rotated, so it dropped.
-    if client.hget(keys.history_previous, GENERATION_FIELD) != start:
+    if client.hget(keys.history_previous, c.HISTORY_GENERATION_FIELD) != start:
         raise RuntimeError("the ack did not drop the previous index generation")
     return GenerationDrop(
         fields=fields,

@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors import _constants as c
 from actors.clock import SystemClock
+from actors.storage.keys import HISTORY_GENERATION_FIELD
 from actors.storage.store import Store
 
 from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
@@ -117,8 +117,8 @@ def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
     PINGs Redis until the background free is done. None when there is no previous generation."""
     client, keys = server.client, store.keys
     fields = int(client.hlen(keys.history_previous))
-    fields -= int(client.hexists(keys.history_previous, c.HISTORY_GENERATION_FIELD))
-    start = client.hget(keys.history, c.HISTORY_GENERATION_FIELD)
+    fields -= int(client.hexists(keys.history_previous, HISTORY_GENERATION_FIELD))
+    start = client.hget(keys.history, HISTORY_GENERATION_FIELD)
     if fields == 0 or start is None:
         return None
     began_ms = int(start.split()[-1])
@@ -140,7 +140,7 @@ def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
             break
     free_ms = (time.perf_counter() - started) * 1000
     # The generation that was current is now the previous one: the ack rotated, so it dropped.
-    if client.hget(keys.history_previous, c.HISTORY_GENERATION_FIELD) != start:
+    if client.hget(keys.history_previous, HISTORY_GENERATION_FIELD) != start:
         raise RuntimeError("the ack did not drop the previous index generation")
     return GenerationDrop(
         fields=fields,

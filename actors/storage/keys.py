@@ -110,6 +110,10 @@ class ShardKeys:
         return self.prefix + c.READY_KEY_PREFIX + topic
 
 
+# The field of each history index generation that holds when it began (lua/_lib.lua).
+HISTORY_GENERATION_FIELD = c.HISTORY_GENERATION_FIELD
+
+
 def config_key(namespace: str) -> str:
     """The namespace's one key outside its shards, under its own hash tag."""
     return f"{c.KEY_ROOT}:{{{namespace}}}:{c.CONFIG_KEY}"

@@ -17,8 +17,14 @@ due times are whole milliseconds too. So a hop's percentiles are in whole ms, an
 hop that starts at a due time reads half a millisecond short on average: the means below add it
 back (``TRUNCATION_MS``). The second hop's two ends are both truncated, so nothing is added.
 
+With ``--pending N`` each server is first filled with N delayed jobs due 1 to 24 hours ahead
+(``simulations.pending_scale.fill``, in the worker's topic), so the hops show where lateness
+grows with a large backlog (issue 15: within 20% at 10,000,000 pending); only the audit entries
+written after the fill are read.
+
     python -m simulations.lateness_hops                     # redelay, redelay-tuned, the store loop
     python -m simulations.lateness_hops --systems redelay --rates 5000 --seconds 30 --json
+    python -m simulations.lateness_hops --systems redelay-tuned --rates 1000 --pending 10000000
 """
 
 from __future__ import annotations
@@ -39,16 +45,19 @@ from actors.storage.store import Store
 from actors.values import AuditEntry
 
 from .bench import scenarios
+from .bench.jobs import now_ms
 from .bench.runner import RunContext, run_scenario
 from .bench.scenarios import Scenario
 from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
 from .bench.stats import percentile
 from .bench.systems import BY_NAME
 from .bench.systems.redelay_queue import NAMESPACE
+from .pending_scale import fill
 
 SYSTEMS = ("redelay", "redelay-tuned", "redelay-store")
 TRUNCATION_MS = 0.5  # the mean shortfall of a whole-ms reading of a uniformly placed instant
 WAIT_S = 5.0  # for the last deliveries, after the longest delay
+PENDING_DUE_HOURS = (1.0, 24.0)  # --pending jobs: due long after every run
 
 
 @dataclass
@@ -133,15 +142,22 @@ def steady(rate: int, seconds: float, delay_ms: tuple[int, int]) -> Scenario:
     return scenarios.steady(rate, seconds, delay_ms[0], delay_ms[1], WAIT_S)
 
 
-def measure_one(system: str, scenario: Scenario, workdir: Path, seed: int) -> dict[str, Any]:
-    """One steady run on a fresh server; the record's lateness with the audit stream's hops."""
-    server = BenchServer(workdir / f"redis-{system}-{scenario.name}")
+def measure_one(
+    system: str, scenario: Scenario, workdir: Path, seed: int, pending: int = 0
+) -> dict[str, Any]:
+    """One steady run on a fresh server (first filled with ``pending`` delayed jobs); the
+    record's lateness with the audit stream's hops."""
+    server = BenchServer(workdir / f"redis-{system}-{scenario.name}-{pending}")
     try:
+        store = Store(server.client, NAMESPACE, SystemClock())
+        if pending:
+            print(f"filling {pending:,} pending jobs", file=sys.stderr, flush=True)
+            fill(store, pending, PENDING_DUE_HOURS, seed)
+        started_ms = int(now_ms())
         record = run_scenario(
             BY_NAME[system], scenario, RunContext(workdir=workdir, seed=seed), server
         )
-        store = Store(server.client, NAMESPACE, SystemClock())
-        found = hops(job_times(store.iter_audit()))
+        found = hops(job_times(store.iter_audit(start=f"{started_ms}-0")))
     finally:
         server.stop()
     quantiles = record.pop("lateness_ms_quantiles", None) or []
@@ -155,6 +171,7 @@ def measure_one(system: str, scenario: Scenario, workdir: Path, seed: int) -> di
     return {
         "system": system,
         "rate": scenario.rate_per_s,
+        "pending": pending,
         "jobs": record.get("jobs"),
         "delivered": record.get("delivered"),
         "early_deliveries": record.get("early_deliveries"),
@@ -185,6 +202,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rates", type=int, nargs="+", default=[1_000, 5_000], help="jobs/s")
     parser.add_argument("--seconds", type=float, default=10.0, help="steady duration")
     parser.add_argument("--delay-ms", type=int, nargs=2, default=[1_000, 3_000])
+    parser.add_argument(
+        "--pending", type=int, default=0, help="delayed jobs due hours ahead, added before each run"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -196,6 +216,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--rates: each rate must be at least 1 job/s")
     if args.seconds <= 0:
         parser.error("--seconds: must be more than 0")
+    if args.pending < 0:
+        parser.error("--pending: must be 0 or more")
     low, high = args.delay_ms
     if not 0 < low <= high:
         parser.error("--delay-ms: give MIN MAX with 0 < MIN <= MAX")
@@ -216,7 +238,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             scenario = steady(rate, args.seconds, tuple(args.delay_ms))
             for system in args.systems:
                 print(f"{system}: steady {rate:,} jobs/s", file=sys.stderr, flush=True)
-                result["runs"].append(measure_one(system, scenario, Path(directory), args.seed))
+                result["runs"].append(
+                    measure_one(system, scenario, Path(directory), args.seed, args.pending)
+                )
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     return result
 
@@ -226,14 +250,14 @@ def report(result: dict[str, Any]) -> str:
         f"{result['pinning']}; load average {result['load_average_start'][0]} at the start, "
         f"{result['load_average_end'][0]} at the end",
         "means in ms (hops corrected for whole-ms stamps); p50/p99 in whole ms",
-        f"{'system':<15}{'rate':>6}  {'lateness p50/p99/mean':>22}  {'carry mean p50/p99':>19}  "
-        f"{'lease mean p50/p99':>19}  {'hand-off mean':>13}",
+        f"{'system':<15}{'rate':>6}{'pending':>11}  {'lateness p50/p99/mean':>22}  "
+        f"{'carry mean p50/p99':>19}  {'lease mean p50/p99':>19}  {'hand-off mean':>13}",
     ]
     for run in result["runs"]:
         lateness = f"{run['lateness_ms_p50']}/{run['lateness_ms_p99']}/{run['lateness_ms_mean']}"
         lines.append(
-            f"{run['system']:<15}{run['rate']:>6}  {lateness:>22}  {_hop(run['carry']):>19}  "
-            f"{_hop(run['lease']):>19}  {run['hand_off_mean_ms']!s:>13}"
+            f"{run['system']:<15}{run['rate']:>6}{run['pending']:>11,}  {lateness:>22}  "
+            f"{_hop(run['carry']):>19}  {_hop(run['lease']):>19}  {run['hand_off_mean_ms']!s:>13}"
         )
     return "\n".join(lines)
 

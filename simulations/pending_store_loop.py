@@ -5,9 +5,11 @@ worker's own CPU bounds the rate; this drives the scripts from one loop (carry, 
 ack ``--batch`` at a time), so the figure is Redis's. For each N, a fresh private redis-server
 (a Unix socket; pinned to core 1 and this process to core 0 where there are two cores) is filled
 with N delayed jobs (~100-byte bodies, due 1 to 24 hours ahead, 1,000 per ``add_many``), then
-``--deliver-jobs`` jobs due now are added and delivered. It prints delivered jobs/s, Redis CPU
-per job (INFO cpu) and the commands inside the scripts that cost most per job (INFO
-commandstats, reset before the delivery), so the part that grows with N has a name.
+``--deliver-jobs`` jobs due now are added (1,000 per ``add_many``) and delivered. For each of the
+two phases it prints jobs/s, Redis CPU per job (INFO cpu) and the commands inside the scripts
+that cost most per job (INFO commandstats, reset before each phase), so the part that grows with
+N has a name: the add writes each job into the job pool and the index of N fields the fill left,
+the delivery reads and deletes it there.
 
 Then it drops the index generation the delivery left behind the way the scripts do (the stream
 trimmed past the current generation's start, one more ack), and prints what that drop cost: the
@@ -55,10 +57,21 @@ class CommandCost:
 
 
 @dataclass(slots=True)
+class AddPhase:
+    """Adding the jobs due now on top of the N pending, before the delivery."""
+
+    jobs: int
+    jobs_per_s: float
+    redis_cpu_us_per_job: float
+    commands: list[CommandCost] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class LoopRun:
     pending: int
     delivered: int
     fill_s: float
+    add: AddPhase
     jobs_per_s: float
     redis_cpu_us_per_job: float
     # With what Redis's background thread spent freeing what the delivery dropped (an UNLINKed
@@ -163,14 +176,28 @@ def command_costs(stats: dict[str, Any], jobs: int) -> list[CommandCost]:
     return sorted(found, key=lambda c: -c.usec_per_job)
 
 
+def add_due_now(server: BenchServer, store: Store, jobs: int) -> AddPhase:
+    """Adds ``jobs`` jobs due now, 1,000 per call, and what that cost Redis."""
+    server.client.config_resetstat()
+    cpu_before, started = server.stats().cpu_ms, time.perf_counter()
+    for first in range(0, jobs, FILL_BATCH_JOBS):
+        last = min(jobs, first + FILL_BATCH_JOBS)
+        store.add_many([store.new_job(TOPIC, f"now{n}", {"n": n}) for n in range(first, last)])
+    elapsed, cpu_ms = time.perf_counter() - started, server.stats().cpu_ms - cpu_before
+    return AddPhase(
+        jobs=jobs,
+        jobs_per_s=round(jobs / elapsed),
+        redis_cpu_us_per_job=round(cpu_ms * 1000 / jobs, 1),
+        commands=command_costs(server.client.info("commandstats"), jobs),
+    )
+
+
 def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir: Path) -> LoopRun:
     server = BenchServer(workdir)
     try:
         store = Store(server.client, "loop", SystemClock())
         fill_s = fill(store, pending, seed)
-        for first in range(0, deliver_jobs, FILL_BATCH_JOBS):
-            last = min(deliver_jobs, first + FILL_BATCH_JOBS)
-            store.add_many([store.new_job(TOPIC, f"now{n}", {"n": n}) for n in range(first, last)])
+        added = add_due_now(server, store, deliver_jobs)
         server.client.config_resetstat()
         cpu_before, started = server.stats().cpu_ms, time.perf_counter()
         delivered = deliver(store, deliver_jobs, batch)
@@ -181,6 +208,7 @@ def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir:
             pending=pending,
             delivered=delivered,
             fill_s=round(fill_s, 1),
+            add=added,
             jobs_per_s=round(delivered / elapsed),
             redis_cpu_us_per_job=round(cpu_ms * 1000 / max(1, delivered), 1),
             redis_cpu_us_per_job_with_frees=round(with_frees_ms * 1000 / max(1, delivered), 1),
@@ -191,19 +219,27 @@ def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir:
         server.stop()
 
 
+def _command_lines(costs: list[CommandCost]) -> list[str]:
+    return [
+        f"  {cost.command:<16} {cost.calls:>8} calls  {cost.usec_per_job:6.2f} us/job"
+        for cost in costs[:SHOWN_COMMANDS]
+    ]
+
+
 def report(runs: list[LoopRun], pinning: str) -> str:
     lines = [f"pending store loop ({pinning})"]
     for run in runs:
         lines.append(
+            f"N={run.pending:,} (filled in {run.fill_s} s): added {run.add.jobs:,} jobs due now "
+            f"at {run.add.jobs_per_s:,} jobs/s, Redis CPU {run.add.redis_cpu_us_per_job} us per job"
+        )
+        lines += _command_lines(run.add.commands)
+        lines.append(
             f"N={run.pending:,}: {run.delivered:,} delivered, {run.jobs_per_s:,} jobs/s, "
             f"Redis CPU {run.redis_cpu_us_per_job} us per job, "
-            f"{run.redis_cpu_us_per_job_with_frees} with the frees after it "
-            f"(filled in {run.fill_s} s)"
+            f"{run.redis_cpu_us_per_job_with_frees} with the frees after it"
         )
-        for cost in run.commands[:SHOWN_COMMANDS]:
-            lines.append(
-                f"  {cost.command:<16} {cost.calls:>8} calls  {cost.usec_per_job:6.2f} us/job"
-            )
+        lines += _command_lines(run.commands)
         if run.drop is not None:
             d = run.drop
             lines.append(

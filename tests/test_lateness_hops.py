@@ -60,6 +60,7 @@ def test_a_second_lease_does_not_move_the_first(store: Store, fake_clock: FakeCl
         (["--rates", "0"], "--rates"),
         (["--seconds", "0"], "--seconds"),
         (["--delay-ms", "50", "10"], "--delay-ms"),
+        (["--pending", "-1"], "--pending"),
     ],
 )
 def test_bad_arguments_name_the_option(
@@ -70,11 +71,13 @@ def test_bad_arguments_name_the_option(
     assert named in capsys.readouterr().err
 
 
-def test_a_tiny_steady_run_splits_every_job_s_lateness() -> None:
+@pytest.mark.parametrize("pending", [0, 500])
+def test_a_tiny_steady_run_splits_every_job_s_lateness(pending: int) -> None:
     done = subprocess.run(
         [
             *(sys.executable, "-m", "simulations.lateness_hops", "--systems", "redelay-store"),
             *("--rates", "200", "--seconds", "1", "--delay-ms", "100", "300", "--json"),
+            *("--pending", str(pending)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -89,7 +92,10 @@ def test_a_tiny_steady_run_splits_every_job_s_lateness() -> None:
         200,
         200,
     )
-    assert run["jobs_with_every_hop"] == 200
+    assert run["pending"] == pending
+    # Only the run's own jobs are read: the pending jobs' `added` entries came before it (read,
+    # they would be left out, as jobs never carried).
+    assert (run["jobs_with_every_hop"], run["jobs_left_out"]) == (200, 0)
     assert run["early_deliveries"] == 0
     assert run["carry"]["p50_ms"] >= 0 and run["lease"]["p50_ms"] >= 0
     assert run["hand_off_mean_ms"] is not None

@@ -20,6 +20,12 @@ def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: 
     # The scripts' whole time is the costliest; the commands inside them follow.
     assert names[0] == "evalsha" and {"xadd", "hmget"} <= set(names)
     assert run.commands[0].usec_per_job > 0 and run.commands[0].calls >= 300 // 50
+    # The add of the 300 jobs due now, 1,000 a call: one script call, measured on its own.
+    added = run.add
+    assert added.jobs == 300 and added.jobs_per_s > 0 and added.redis_cpu_us_per_job > 0
+    add_names = {cost.command: cost for cost in added.commands}
+    assert add_names["evalsha"].calls == 1 and {"xadd", "hset", "hmget"} <= set(add_names)
+    assert "lpop" not in add_names  # nothing leased while adding
     # The fill's 2,000 index fields became the previous generation at the first ack; the drop
     # trimmed the stream past the current one's start, and one more ack dropped them.
     drop = run.drop
@@ -27,6 +33,7 @@ def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: 
     assert drop.ack_ms > 0 and drop.free_ms >= drop.ack_ms
     text = report([run], "not pinned")
     assert "N=2,000: 300 delivered" in text and "evalsha" in text
+    assert "added 300 jobs due now" in text
     assert f"dropping the previous index generation ({drop.fields:,} fields)" in text
 
 

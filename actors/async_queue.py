@@ -16,6 +16,7 @@ job), by the same code in actors/tracing.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -93,6 +94,14 @@ class AsyncDelayQueue:
             await self._server_clock.refresh()
         return self._store
 
+    def _unconnected_now_ms(self) -> int:
+        """The time to check jobs at before the first connection: the given clock's, or this
+        machine's (the server's clock is not known yet). The jobs are built again, at the
+        store's clock, once connected, so a due time is never taken from this reading."""
+        if self._given_clock is not None:
+            return self._given_clock.now_ms()
+        return round(time.time() * 1000)
+
     async def _open(self) -> AsyncStore:
         if self._client is None:
             self._client = await connect(self._source)
@@ -126,18 +135,17 @@ class AsyncDelayQueue:
         (replace) or has (keep); JobExistsError for an existing (topic, id) when ``if_exists``
         is "error" (the default)."""
         mode = validation.if_exists(if_exists, replace)
+        arguments: dict[str, Any] = {
+            "delay": delay,
+            "at": at,
+            "retry": retry,
+            "lease": lease,
+            "callback": callback,
+        }
+        if self._store is None:  # a bad job raises before the first connection is tried
+            producing.new_job(self._unconnected_now_ms(), topic, job_id, body, **arguments)
         store = await self.store()
-        job = producing.new_job(
-            store.clock.now_ms(),
-            topic,
-            job_id,
-            body,
-            delay=delay,
-            at=at,
-            retry=retry,
-            lease=lease,
-            callback=callback,
-        )
+        job = producing.new_job(store.clock.now_ms(), topic, job_id, body, **arguments)
         if self._tracing.tracer is None:
             return await store.add(job, if_exists=mode)
         # Traced as DelayQueue.add is, by the same code (see actors.tracing).
@@ -154,6 +162,9 @@ class AsyncDelayQueue:
         """As :meth:`DelayQueue.add_many`: one round trip, all or nothing (per shard; with
         ``if_exists="keep"`` the existing ones are left and the others added)."""
         mode = validation.if_exists(if_exists, replace)
+        if self._store is None:  # a bad job raises before the first connection is tried
+            jobs = list(jobs)  # read twice: an iterator would be empty the second time
+            producing.new_jobs(self._unconnected_now_ms(), jobs)
         store = await self.store()
         built = producing.new_jobs(store.clock.now_ms(), jobs)
         # Traced: one producer span per job (see actors.tracing).

@@ -518,3 +518,57 @@ def test_bad_unschedule_names_and_if_exists_values_name_the_field_before_connect
         return fields
 
     assert run(scenario) == ["name", "if_exists", "if_exists", "if_exists"]
+
+
+BAD_JOBS: list[tuple[str, dict[str, Any]]] = [
+    ("topic", {"topic": "a|b"}),
+    ("id", {"id": ""}),
+    ("delay", {"delay": -1}),
+    ("delay", {"delay": 5, "at": 1_900_000_000}),
+    ("retry", {"retry": [-1]}),
+    ("lease", {"lease": 0}),
+    ("callback", {"callback": "ftp://example.com/x"}),
+    ("body", {"body": {"x": math.nan}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "changes"), BAD_JOBS, ids=[f"{f}-{n}" for n, (f, _) in enumerate(BAD_JOBS)]
+)
+def test_a_bad_job_gives_the_sync_queues_error_before_connecting(
+    sync_queue: DelayQueue, field: str, changes: dict[str, Any]
+) -> None:
+    job: dict[str, Any] = {"topic": "t", "id": "j", **changes}
+    with pytest.raises(ValidationError) as sync_error:
+        sync_queue.add(**{("job_id" if k == "id" else k): v for k, v in job.items()})
+
+    async def scenario() -> tuple[ValidationError, ValidationError]:
+        # Nothing listens there: the error comes from the check, before any connection.
+        queue = AsyncDelayQueue("redis://127.0.0.1:1/0", namespace="shop")
+        with pytest.raises(ValidationError) as one:
+            await queue.add(**{("job_id" if k == "id" else k): v for k, v in job.items()})
+        # add_many reads an iterator once: a generator's bad item is still named.
+        with pytest.raises(ValidationError) as many:
+            await queue.add_many(item for item in [{"topic": "t", "id": "ok"}, job])
+        await queue.aclose()
+        return one.value, many.value
+
+    one, many = run(scenario)
+    assert one.field == sync_error.value.field and str(one) == str(sync_error.value)
+    assert one.field.startswith(field)
+    assert many.field.startswith(f"jobs[1].{field}") or many.field == "jobs[1]"
+    assert sync_queue.stats() == {}
+
+
+def test_a_good_job_from_a_generator_is_added_on_the_first_connection(
+    redis_server: RedisProcess, sync_queue: DelayQueue
+) -> None:
+    async def scenario() -> list[str]:
+        queue = AsyncDelayQueue(redis_server.url, namespace=sync_queue.namespace)
+        try:
+            return await queue.add_many({"topic": "t", "id": str(n)} for n in range(3))
+        finally:
+            await queue.aclose()
+
+    assert run(scenario) == ["new"] * 3
+    assert [sync_queue.get("t", str(n)) is not None for n in range(3)] == [True] * 3

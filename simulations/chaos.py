@@ -520,9 +520,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Runs redelay worker processes under process, connection and Redis faults.",
-        epilog=f"Exit codes: 0 ok, {exit_codes_text()}, "
-        "1 simulator error, 2 usage, 3 no redis-server (or, with --cluster, no local cluster). "
-        "See docs/simulations.md.",
+        epilog="Exit codes: "
+        + exit_codes_text("no redis-server (or, with --cluster, no local cluster)")
+        + ". See docs/simulations.md.",
     )
     parser.set_defaults(prog=prog)
     parser.add_argument("--seed", type=int, help="the run's seed (default: a random one)")

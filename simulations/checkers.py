@@ -81,10 +81,15 @@ EXIT_CODES: dict[Failure, int] = {
 }
 
 
-def exit_codes_text() -> str:
-    """The failure exit codes in number order, for a simulator's --help (``10 early, ...``)."""
+def exit_codes_text(no_redis: str = "no redis-server") -> str:
+    """Every exit code of a simulator, for its --help: ``0 ok``, the failures in number order
+    (``10 early, ...``), then the simulator's own (``no_redis`` says what code 3 means)."""
     ordered = sorted(EXIT_CODES.items(), key=lambda item: item[1])
-    return ", ".join(f"{code} {failure.value}" for failure, code in ordered)
+    failures = ", ".join(f"{code} {failure.value}" for failure, code in ordered)
+    return (
+        f"{EXIT_OK} ok, {failures}, {EXIT_INTERNAL} simulator error, {EXIT_USAGE} usage, "
+        f"{EXIT_NO_REDIS} {no_redis}"
+    )
 
 
 MEANINGS: dict[Failure, str] = {

@@ -371,8 +371,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Simulates hours of a redelay deployment under faults, on a fake clock.",
-        epilog=f"Exit codes: 0 ok, {exit_codes_text()}, "
-        "1 simulator error, 2 usage, 3 no redis-server. See docs/simulations.md.",
+        epilog=f"Exit codes: {exit_codes_text()}. See docs/simulations.md.",
     )
     parser.set_defaults(prog=prog)
     parser.add_argument("--seed", type=int, help="the run's seed (default: a random one)")

@@ -714,3 +714,6 @@ def test_each_simulators_help_names_every_failure_exit_code(simulator: str) -> N
     epilog = module.build_parser().epilog
     for failure, code in EXIT_CODES.items():
         assert f"{code} {failure.value}" in epilog
+    assert epilog.startswith("Exit codes: 0 ok, 10 early, ")
+    for own in ("1 simulator error", "2 usage", "3 no redis-server"):
+        assert epilog.count(own) == 1, own

@@ -200,29 +200,37 @@ def test_a_producer_only_queue_refuses_to_start(redis_server: RedisProcess) -> N
         producer.close()
 
 
+@pytest.mark.parametrize("concurrency", [16, 128])
 def test_a_worker_opens_a_bounded_number_of_connections(
-    redis_factory: Callable[..., RedisProcess],
+    redis_factory: Callable[..., RedisProcess], concurrency: int
 ) -> None:
     """docs/concepts.md counts them: per process 1 subscriber (the notifier, for every topic),
     no blocking connection, and a shared pool of at most 5 + 2 per topic (one per actor that
-    talks to Redis, plus the heartbeat, the clock and the caller's own calls)."""
+    talks to Redis, plus the heartbeat, the clock and the caller's own calls). A pool of 64
+    slots or more keeps one more per ack-and-lease pipeline on its way beyond the first (one
+    per 32 slots, at most four): 128 slots, three more per topic."""
     server = redis_factory()
     probe = server.client()
     queue = DelayQueue(server.url, namespace=NAMESPACE)
     done = threading.Semaphore(0)
     topics = ["a", "b"]
     for topic in topics:
-        queue.handler(topic, concurrency=16)(lambda job: done.release())
+        queue.handler(topic, concurrency=concurrency)(lambda job: done.release())
     queue.start()
+    jobs = 20 * concurrency  # enough ready jobs per topic to keep every pipeline busy
     try:
-        queue.add_many([{"topic": topics[n % 2], "id": f"j{n}"} for n in range(200)])
-        for _ in range(200):
+        for first in range(0, jobs, 1000):
+            last = min(jobs, first + 1000)
+            queue.add_many([{"topic": topics[n % 2], "id": f"j{n}"} for n in range(first, last)])
+        for _ in range(jobs):
             assert done.acquire(timeout=10)
         clients = [c for c in probe.client_list() if c["cmd"] != "client|list"]
         blocking = [c for c in clients if "b" in c["flags"]]
         subscribers = [c for c in clients if int(c["sub"]) > 0]
         assert len(blocking) == 0 and len(subscribers) == 1
-        assert len(clients) <= 1 + 5 + 2 * len(topics), clients
+        more_pipelines = min(4, concurrency // 32) - 1 if concurrency >= 64 else 0
+        bound = 1 + 5 + (2 + more_pipelines) * len(topics)
+        assert len(clients) <= bound, clients
     finally:
         queue.stop(grace=1)
     wait_for(lambda: len(probe.client_list()) == 1, "every connection closed by stop()")

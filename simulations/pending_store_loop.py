@@ -15,12 +15,15 @@ Then it drops the index generation the delivery left behind the way the scripts 
 trimmed past the current generation's start, one more ack), and prints what that drop cost: the
 ack's own time, how long Redis's background thread took to free the generation, the Redis CPU
 it spent (all threads; one pinned core is shared by both) and the slowest PING while it ran,
-because a cost paid once per generation shows in no per-job figure.
+because a cost paid once per generation shows in no per-job figure. With ``--free-core`` Redis's
+freeing thread (``bio_lazy_free``) is moved to the client core, where this loop mostly waits,
+so the main thread keeps its core to itself: what Redis's ``bio_cpulist`` setting would do.
 
 To compare two versions, run it from each checkout (``PYTHONPATH=<checkout>``): the scripts'
 keys are the code's, so one version's scripts cannot run under the other's Store.
 
     python -m simulations.pending_store_loop --pending 10000 10000000
+    python -m simulations.pending_store_loop --pending 10000000 --free-core
 """
 
 from __future__ import annotations
@@ -40,13 +43,21 @@ from actors.clock import SystemClock
 from actors.storage.keys import HISTORY_GENERATION_FIELD
 from actors.storage.store import Store
 
-from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
+from .bench.server import (
+    CLIENT_CORE,
+    BenchServer,
+    can_pin,
+    pin_clients,
+    pin_threads_named,
+    pinning_text,
+)
 
 TOPIC = "pending"
 FILL_BATCH_JOBS = 1_000
 PROGRESS_EVERY_JOBS = 1_000_000
 SHOWN_COMMANDS = 8  # the commands a report lists, costliest per job first
 FREE_TIMEOUT_S = 120.0  # a 10,000,000-field generation frees in seconds; give up long after
+FREE_THREAD = "bio_lazy_free"  # Redis's thread for what UNLINK and lazyfree drop
 
 
 @dataclass(slots=True)
@@ -86,6 +97,7 @@ class GenerationDrop:
     """What dropping one whole index generation cost (rotate_history_index's UNLINK)."""
 
     fields: int  # the dropped generation's fields
+    free_thread_core: str  # where the freeing thread ran: "Redis's core", "the client core", ...
     ack_ms: float  # the ack call that dropped it, round trip
     free_ms: float  # from before that ack until Redis had no lazily freed object left
     redis_cpu_ms: float  # the Redis process's CPU over the same time, every thread
@@ -124,7 +136,9 @@ def deliver(store: Store, jobs: int, batch: int) -> int:
     return done
 
 
-def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
+def drop_generation(
+    server: BenchServer, store: Store, free_core: bool = False
+) -> GenerationDrop | None:
     """Trims the stream past the current generation's start, so that the next ack drops the
     previous generation (UNLINK) and renames the current one in its place, then acks one job and
     PINGs Redis until the background free is done. None when there is no previous generation."""
@@ -138,6 +152,9 @@ def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
     # Exact: an approximate trim keeps the stream node that holds older entries, and the ack
     # would then find one of them and keep the generation.
     client.xtrim(keys.audit, minid=f"{began_ms + 1}-0", approximate=False)
+    where = "Redis's core" if can_pin() else "not pinned"
+    if free_core and pin_threads_named(server.pid, FREE_THREAD, CLIENT_CORE):
+        where = "the client core"
     store.add_many([store.new_job(TOPIC, "drop", {"n": 0})])
     store.carry()
     leases = store.lease(TOPIC, 1)
@@ -157,6 +174,7 @@ def drop_generation(server: BenchServer, store: Store) -> GenerationDrop | None:
         raise RuntimeError("the ack did not drop the previous index generation")
     return GenerationDrop(
         fields=fields,
+        free_thread_core=where,
         ack_ms=round(ack_ms, 2),
         free_ms=round(free_ms, 2),
         redis_cpu_ms=round(server.stats().cpu_ms - cpu_before, 1),
@@ -192,7 +210,14 @@ def add_due_now(server: BenchServer, store: Store, jobs: int) -> AddPhase:
     )
 
 
-def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir: Path) -> LoopRun:
+def measure_one(
+    pending: int,
+    deliver_jobs: int,
+    batch: int,
+    seed: int,
+    workdir: Path,
+    free_core: bool = False,
+) -> LoopRun:
     server = BenchServer(workdir)
     try:
         store = Store(server.client, "loop", SystemClock())
@@ -213,7 +238,7 @@ def measure_one(pending: int, deliver_jobs: int, batch: int, seed: int, workdir:
             redis_cpu_us_per_job=round(cpu_ms * 1000 / max(1, delivered), 1),
             redis_cpu_us_per_job_with_frees=round(with_frees_ms * 1000 / max(1, delivered), 1),
             commands=commands,
-            drop=drop_generation(server, store),
+            drop=drop_generation(server, store, free_core),
         )
     finally:
         server.stop()
@@ -244,8 +269,8 @@ def report(runs: list[LoopRun], pinning: str) -> str:
             d = run.drop
             lines.append(
                 f"  dropping the previous index generation ({d.fields:,} fields): the ack took "
-                f"{d.ack_ms} ms, freed in {d.free_ms:,} ms, Redis CPU {d.redis_cpu_ms:,} ms, "
-                f"slowest of {d.pings:,} PINGs meanwhile {d.ping_max_ms} ms"
+                f"{d.ack_ms} ms, freed in {d.free_ms:,} ms on {d.free_thread_core}, Redis CPU "
+                f"{d.redis_cpu_ms:,} ms, slowest of {d.pings:,} PINGs meanwhile {d.ping_max_ms} ms"
             )
     return "\n".join(lines)
 
@@ -255,6 +280,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pending", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--deliver-jobs", type=int, default=50_000, help="jobs due now")
     parser.add_argument("--batch", type=int, default=100, help="jobs per lease and ack call")
+    parser.add_argument(
+        "--free-core",
+        action="store_true",
+        help=f"run Redis's {FREE_THREAD} thread on the client core for the generation drop",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -272,7 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n, pending in enumerate(args.pending):
             workdir = Path(directory) / str(n)
             workdir.mkdir()
-            runs.append(measure_one(pending, args.deliver_jobs, args.batch, args.seed, workdir))
+            runs.append(
+                measure_one(
+                    pending, args.deliver_jobs, args.batch, args.seed, workdir, args.free_core
+                )
+            )
     if args.json:
         print(json.dumps({"pinning": pinning, "runs": [asdict(r) for r in runs]}))
     else:

@@ -5,11 +5,19 @@ Not a timed test: it checks counts and that each figure is there, never a speed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from simulations.pending_store_loop import measure_one, parse_args, report
+from simulations.bench.server import (
+    CLIENT_CORE,
+    REDIS_CORE,
+    BenchServer,
+    can_pin,
+    pin_threads_named,
+)
+from simulations.pending_store_loop import FREE_THREAD, measure_one, parse_args, report
 
 
 def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: Path) -> None:
@@ -41,3 +49,21 @@ def test_the_store_loop_refuses_arguments_that_measure_nothing() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--deliver-jobs", "0"])
     assert parse_args(["--pending", "0", "5"]).pending == [0, 5]
+
+
+@pytest.mark.skipif(not can_pin(), reason="needs two cores to move a thread between them")
+def test_free_core_moves_only_redis_s_freeing_thread_to_the_client_core(tmp_path: Path) -> None:
+    server = BenchServer(tmp_path / "redis")
+    try:
+        assert pin_threads_named(server.pid, FREE_THREAD, CLIENT_CORE) == 1
+        cores = {
+            (task / "comm").read_text().strip(): os.sched_getaffinity(int(task.name))
+            for task in Path(f"/proc/{server.pid}/task").iterdir()
+        }
+    finally:
+        server.stop()
+    assert cores[FREE_THREAD] == {CLIENT_CORE}
+    assert cores["redis-server"] == {REDIS_CORE}  # the main thread keeps its core
+    run = measure_one(200, 100, 50, 1, tmp_path / "loop", free_core=True)
+    assert run.drop is not None and run.drop.free_thread_core == "the client core"
+    assert "on the client core" in report([run], "pinned")

@@ -49,6 +49,23 @@ def pin_process(pid: int, core: int) -> None:
             continue
 
 
+def pin_threads_named(pid: int, name: str, core: int) -> int:
+    """Pins the threads of ``pid`` whose name (/proc/<pid>/task/<tid>/comm) is ``name`` to
+    ``core``; returns how many. Redis names its background threads (``bio_lazy_free`` frees
+    what UNLINK dropped), as its ``bio_cpulist`` setting would place them."""
+    if not can_pin():
+        return 0
+    pinned = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == name:
+                os.sched_setaffinity(int(task.name), {core})
+                pinned += 1
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return pinned
+
+
 def cpu_ms_of(pid: int) -> float:
     """User plus system CPU of one process (all its threads), from /proc/<pid>/stat."""
     try:

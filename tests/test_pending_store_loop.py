@@ -30,9 +30,12 @@ def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: 
     assert run.commands[0].usec_per_job > 0 and run.commands[0].calls >= 300 // 50
     # The add of the 300 jobs due now, 1,000 a call: one script call, measured on its own.
     added = run.add
-    assert added.jobs == 300 and added.jobs_per_s > 0 and added.redis_cpu_us_per_job > 0
+    # Redis's CPU comes from /proc in 10 ms ticks, so a 300-job add may read 0; the scripts' own
+    # time (commandstats, in µs) is never 0.
+    assert added.jobs == 300 and added.jobs_per_s > 0 and added.redis_cpu_us_per_job >= 0
     add_names = {cost.command: cost for cost in added.commands}
-    assert add_names["evalsha"].calls == 1 and {"xadd", "hset", "hmget"} <= set(add_names)
+    assert add_names["evalsha"].calls == 1 and add_names["evalsha"].usec_per_job > 0
+    assert {"xadd", "hset", "hmget"} <= set(add_names)
     assert "lpop" not in add_names  # nothing leased while adding
     # The fill's 2,000 index fields became the previous generation at the first ack; the drop
     # trimmed the stream past the current one's start, and one more ack dropped them.

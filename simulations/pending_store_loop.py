@@ -48,7 +48,7 @@ from .bench.server import (
     BenchServer,
     can_pin,
     pin_clients,
-    pin_threads_named,
+    pin_threads,
     pinning_text,
 )
 
@@ -153,7 +153,7 @@ def drop_generation(
     # would then find one of them and keep the generation.
     client.xtrim(keys.audit, minid=f"{began_ms + 1}-0", approximate=False)
     where = "Redis's core" if can_pin() else "not pinned"
-    if free_core and pin_threads_named(server.pid, FREE_THREAD, CLIENT_CORE):
+    if free_core and pin_threads(server.pid, CLIENT_CORE, named=FREE_THREAD):
         where = "the client core"
     store.add_many([store.new_job(TOPIC, "drop", {"n": 0})])
     store.carry()

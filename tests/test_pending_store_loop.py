@@ -15,7 +15,7 @@ from simulations.bench.server import (
     REDIS_CORE,
     BenchServer,
     can_pin,
-    pin_threads_named,
+    pin_threads,
 )
 from simulations.pending_store_loop import FREE_THREAD, measure_one, parse_args, report
 
@@ -58,7 +58,7 @@ def test_the_store_loop_refuses_arguments_that_measure_nothing() -> None:
 def test_free_core_moves_only_redis_s_freeing_thread_to_the_client_core(tmp_path: Path) -> None:
     server = BenchServer(tmp_path / "redis")
     try:
-        assert pin_threads_named(server.pid, FREE_THREAD, CLIENT_CORE) == 1
+        assert pin_threads(server.pid, CLIENT_CORE, named=FREE_THREAD) == 1
         cores = {
             (task / "comm").read_text().strip(): os.sched_getaffinity(int(task.name))
             for task in Path(f"/proc/{server.pid}/task").iterdir()

@@ -40,25 +40,20 @@ def pin_clients() -> None:
 
 
 def pin_process(pid: int, core: int) -> None:
-    if not can_pin():
-        return
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            os.sched_setaffinity(int(task.name), {core})
-        except (ProcessLookupError, PermissionError):
-            continue
+    pin_threads(pid, core)
 
 
-def pin_threads_named(pid: int, name: str, core: int) -> int:
-    """Pins the threads of ``pid`` whose name (/proc/<pid>/task/<tid>/comm) is ``name`` to
-    ``core``; returns how many. Redis names its background threads (``bio_lazy_free`` frees
-    what UNLINK dropped), as its ``bio_cpulist`` setting would place them."""
+def pin_threads(pid: int, core: int, named: str | None = None) -> int:
+    """Pins the threads of ``pid`` to ``core``, or only those whose name (/proc/<pid>/task/
+    <tid>/comm) is ``named``; returns how many. Redis names its background threads
+    (``bio_lazy_free`` frees what UNLINK dropped), as its ``bio_cpulist`` setting would place
+    them."""
     if not can_pin():
         return 0
     pinned = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            if (task / "comm").read_text().strip() == name:
+            if named is None or (task / "comm").read_text().strip() == named:
                 os.sched_setaffinity(int(task.name), {core})
                 pinned += 1
         except (FileNotFoundError, ProcessLookupError, PermissionError):

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from actors.callbacks import register_callbacks
     from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
     from actors.errors import (
+        AddStreamError,
         ConfigError,
         ErrorCode,
         JobExistsError,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _SOURCES: dict[str, str] = {
+    "AddStreamError": "actors.errors",
     "AsyncDelayQueue": "actors.async_queue",
     "AuditEvent": "actors.producing",
     "AuditRetention": "actors.values",
@@ -85,6 +87,7 @@ _SOURCES: dict[str, str] = {
 }
 
 __all__ = [
+    "AddStreamError",
     "AsyncDelayQueue",
     "AuditEvent",
     "AuditRetention",

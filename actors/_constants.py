@@ -65,6 +65,8 @@ SCHEDULE_MAX_STEPS: Final = 100
 LEASE_MS_MIN: Final = 100
 LEASE_MS_MAX: Final = 24 * 3600 * 1000
 BATCH_MAX_JOBS: Final = 10_000  # most jobs one add/ack/fail/extend/release call takes
+# DelayQueue.add_stream's jobs per batch: the add script's cost per job flattens out by then.
+DEFAULT_STREAM_BATCH: Final = 1_000
 CARRY_LIMIT_MAX: Final = 10_000
 LEASE_LIMIT_MAX: Final = 10_000
 # Most jobs a handler may lease beyond its threads (DelayQueue.handler's prefetch): they wait in

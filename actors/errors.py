@@ -69,6 +69,32 @@ class PartialAddError(JobExistsError):
         )
 
 
+class AddStreamError(RedelayError):
+    """add_stream stopped before the end of its jobs; ``cause`` says why (a ValidationError, a
+    JobExistsError, RedisFullError, a connection error).
+
+    ``results`` has one entry per job the stream took from its iterable, in order: what add_many
+    would have returned for it ("new", or the state it had), or None when it was not added. Each
+    batch is all or nothing; the batch sent before the failing one was read, so it counts. After
+    a connection error, None also covers batches whose replies never came: they may or may not
+    have been added, and adding them again with ``if_exists="keep"`` is safe.
+    """
+
+    def __init__(self, results: list[str | None], cause: BaseException) -> None:
+        self.results = results
+        self.cause = cause
+        self.added = sum(1 for result in results if result is not None)
+        reason = f"{type(cause).__name__}: {cause}"
+        if isinstance(cause, JobExistsError):  # its own text says "nothing was added"
+            shown = ", ".join(f"{t}/{i}" for t, i in cause.jobs[:5])
+            more = f" and {len(cause.jobs) - 5} more" if len(cause.jobs) > 5 else ""
+            reason = f"JobExistsError: {shown}{more} already existed, so their batch added nothing"
+        super().__init__(
+            f"add_stream stopped after adding {self.added} of the {len(results)} jobs it took: "
+            + reason
+        )
+
+
 class NotReplicatedError(RedelayError):
     """A durable add reached the master but fewer replicas than asked acknowledged it in time.
 

@@ -186,13 +186,14 @@ def _new_job(
     return _checked_job(topic, job_id, body, due, retry_steps_ms, lease_limit_ms, callback)
 
 
-def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
-    """add_many()'s mappings as jobs; an error names the item (``jobs[3].delay``)."""
+def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]], first: int = 0) -> list[NewJob]:
+    """add_many()'s mappings as jobs; an error names the item (``jobs[3].delay``), counting
+    from ``first`` (a batch of a longer stream names the item by its place in the stream)."""
     built = []
     # A batch mostly repeats one delay: each number of seconds is checked once. Only ints and
     # floats (a bool hashes as 1 but is refused, and a timedelta is rarer).
     delays: dict[float, int] = {}
-    for n, spec in enumerate(specs):
+    for n, spec in enumerate(specs, first):
         if not JOB_FIELDS.issuperset(spec):  # no set built per job when the names are right
             unknown = set(spec) - JOB_FIELDS
             raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")

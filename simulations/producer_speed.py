@@ -7,12 +7,18 @@ mode, due in an hour (so nothing is carried while measuring):
 - async: ``AsyncDelayQueue.add`` from ``--concurrency`` tasks on one event loop, so up to that
   many adds are on the wire at once over the client's connection pool;
 - many-<n>: ``DelayQueue.add_many`` of ``n`` jobs per call on one thread (``--batch``, repeatable;
-  100 and 1,000 by default), each job a mapping as users write it.
+  100 and 1,000 by default), each job a mapping as users write it;
+- stream-<n>: ``DelayQueue.add_stream`` of every job from one generator, in batches of ``n`` (the
+  same ``--batch`` sizes): each batch is sent before the reply to the one before is read, so the
+  producer builds a batch while Redis adds the last.
 
 Beside jobs/s each mode prints the CPU it cost per job on both sides of the socket: the
 producer's (``time.process_time``, this process) and Redis's (``INFO cpu``, used_cpu_user +
 used_cpu_sys, before and after), so a slow mode shows whether Python or the scripts are the limit.
 On a busy machine jobs/s falls with the CPU it gets; the CPU per job barely moves.
+With ``--pin`` (the default on 2 or more cores) Redis runs on core 1 and this process on core 0,
+as in ``make bench``: a producer that overlaps its work with Redis's (stream) needs the two on
+different cores to gain anything.
 
 Each mode gets its own namespace and a short warm-up (connecting, the clock sync, loading the
 scripts) before the clock starts, and runs ``--rounds`` times, the modes alternated; every round
@@ -21,6 +27,7 @@ down. The load average is printed with the figures.
 
     python -m simulations.producer_speed                    # 5,000 jobs, 100 tasks, 3 rounds
     python -m simulations.producer_speed --modes sync many --batch 1000 --jobs 20000 --json
+    python -m simulations.producer_speed --modes many stream --batch 1000 --jobs 200000
 """
 
 from __future__ import annotations
@@ -41,10 +48,12 @@ import redis
 from actors import AsyncDelayQueue, DelayQueue
 from actors.server.embedded import RedisProcess
 
+from .bench.server import REDIS_CORE, can_pin, pin_clients, pin_process, pinning_text
+
 TOPIC = "bench"
 DELAY_S = 3_600
 WARM_UP_JOBS = 50
-MODES = ("sync", "async", "many")
+MODES = ("sync", "async", "many", "stream")
 
 
 @dataclass
@@ -131,6 +140,27 @@ def many_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter)
         queue.close()
 
 
+def stream_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter) -> Round:
+    queue = DelayQueue(url, namespace=namespace, producer_only=True)
+    try:
+        queue.add_stream(
+            {"topic": TOPIC, "id": f"warm-{n}", "delay": DELAY_S} for n in range(WARM_UP_JOBS)
+        )
+        meter.start()
+        queue.add_stream(
+            (
+                {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
+                for n in range(jobs)
+            ),
+            batch_size=batch,
+        )
+        measured = meter.stop(jobs)
+        _check_and_erase(queue, jobs + WARM_UP_JOBS, f"stream-{batch}")
+        return measured
+    finally:
+        queue.close()
+
+
 async def async_round(
     url: str, namespace: str, jobs: int, concurrency: int, meter: CpuMeter
 ) -> Round:
@@ -159,7 +189,7 @@ def measure(
     jobs: int,
     concurrency: int,
     rounds: int,
-    modes: Sequence[str] = ("sync", "async", "many"),
+    modes: Sequence[str] = ("sync", "async", "many", "stream"),
     batches: Sequence[int] = (100, 1_000),
 ) -> list[Result]:
     runs: list[tuple[str, int, Callable[[str, CpuMeter], Round]]] = []
@@ -180,6 +210,15 @@ def measure(
                     f"add_many, {size} per call",
                     1,
                     lambda ns, m, size=size: many_round(url, ns, jobs, size, m),  # type: ignore[misc]
+                )
+            )
+    if "stream" in modes:
+        for size in batches:
+            runs.append(
+                (
+                    f"add_stream, {size} per batch",
+                    1,
+                    lambda ns, m, size=size: stream_round(url, ns, jobs, size, m),  # type: ignore[misc]
                 )
             )
     measured: list[list[Round]] = [[] for _ in runs]
@@ -228,14 +267,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--batch", type=int, action="append", help="add_many's jobs per call (default 100, 1000)"
     )
     parser.add_argument("--url", help="a Redis URL instead of a private redis-server")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Redis on core 1, this process on core 0 (when there are 2 cores or more)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     batches = args.batch or [100, 1_000]
+    pinned = args.pin and can_pin() and not args.url
+    if pinned:
+        pin_clients()  # before the server starts, which is then moved to its own core
     load = os.getloadavg()
     print(
         f"jobs={args.jobs} concurrency={args.concurrency} rounds={args.rounds} "
         f"modes={','.join(args.modes)} batches={','.join(map(str, batches))} "
-        f"load={load[0]:.2f},{load[1]:.2f},{load[2]:.2f} cpus={os.cpu_count()}",
+        f"load={load[0]:.2f},{load[1]:.2f},{load[2]:.2f} cpus={os.cpu_count()} "
+        f"{pinning_text(pinned, 'this producer')}",
         file=sys.stderr,
     )
 
@@ -247,10 +296,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = run(args.url)
         else:
             with RedisProcess(Path(directory)) as server:
+                if pinned:
+                    assert server.process is not None
+                    pin_process(server.process.pid, REDIS_CORE)
                 results = run(server.url)
     load_after = os.getloadavg()[0]
     if args.json:
-        print(json.dumps({"load": [*load, load_after], "results": [asdict(r) for r in results]}))
+        record = {
+            "load": [*load, load_after],
+            "pinned": pinned,
+            "results": [asdict(r) for r in results],
+        }
+        print(json.dumps(record))
         return 0
     print(f"{'':<32} {'best jobs/s':>11}   CPU per job in the best round")
     for result in results:

@@ -162,3 +162,48 @@ def test_the_call_overhead_benchmark_times_every_way(
         "held connection, pipeline of 2",
     }
     assert all(row["client_cpu_us"] > 0 and row["calls_per_s"] > 0 for row in results.values())
+
+
+def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(redis_client: redis.Redis) -> None:
+    held = HeldConnections(redis_client)
+    stream = held.stream()
+    stream.send([("RPUSH", "order", "a"), ("ECHO", "first")])
+    stream.send([("RPUSH", "order", "b"), ("LPUSH", "order-is-a-list", "x"), ("GET", "order")])
+    assert stream.unread == 2
+    assert stream.read() == [1, b"first"]
+    second = stream.read()
+    assert second[:2] == [2, 1] and isinstance(second[2], redis.ResponseError)  # in place
+    with pytest.raises(RuntimeError, match="unread"):
+        stream.read()
+    stream.close()
+    assert redis_client.lrange("order", 0, -1) == [b"a", b"b"]
+    assert in_use(redis_client) == 1  # held idle, not lost
+    held.close()
+
+
+def test_a_stream_closed_with_replies_unread_leaves_no_reply_for_the_next_caller(
+    redis_client: redis.Redis,
+) -> None:
+    held = HeldConnections(redis_client)
+    stream = held.stream()
+    stream.send([("ECHO", "never read")])
+    stream.close()
+    assert held.call("ECHO", "mine") == b"mine"  # the same connection, reconnected clean
+    with pytest.raises(RuntimeError, match="closed"):
+        stream.send([("ECHO", "late")])
+    held.close()
+
+
+def test_a_stream_is_broken_by_a_lost_server(redis_factory: Callable[..., RedisProcess]) -> None:
+    server = redis_factory()
+    held = HeldConnections(no_retries(server))
+    stream = held.stream()
+    stream.send([("ECHO", "x")])
+    assert stream.read() == [b"x"]
+    server.kill()
+    with pytest.raises(redis.ConnectionError):
+        stream.send([("ECHO", "y")])
+        stream.read()
+    with pytest.raises(RuntimeError, match="broken"):
+        stream.send([("ECHO", "z")])
+    stream.close()

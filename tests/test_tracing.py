@@ -220,6 +220,18 @@ def test_add_many_makes_one_producer_span_per_job_each_linked_by_its_own_consume
         assert [link.context.span_id for link in span.links] == [producer.context.span_id]
 
 
+def test_add_stream_makes_one_producer_span_per_job_and_stores_each_context(
+    queue: DelayQueue, exporter: InMemorySpanExporter
+) -> None:
+    queue.add_stream(
+        ({"topic": "bulk", "id": f"s{n}", "delay": 60} for n in range(5)), batch_size=2
+    )
+    sent = {attr(s, "messaging.message.id"): s for s in spans(exporter, "send bulk")}
+    assert sorted(sent) == [f"s{n}" for n in range(5)]
+    for job_id, span in sent.items():
+        assert stored_traceparent(queue.store.client, "bulk", job_id) == traceparent_of(span)
+
+
 def test_a_refused_add_is_an_error_on_its_producer_span(
     queue: DelayQueue, exporter: InMemorySpanExporter
 ) -> None:

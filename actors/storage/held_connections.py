@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
@@ -146,6 +147,11 @@ class HeldConnections:
             raise
         return SentPipeline(self, connection, len(commands))
 
+    def stream(self) -> PipelineStream:
+        """One connection taken for pipelines sent one after another, each read later in the
+        order sent (see PipelineStream)."""
+        return PipelineStream(self, self._take())
+
     def close(self) -> None:
         """Gives the held connections back to the client's pool; later calls take them again."""
         _give_back(self._pool, self._idle, self._pid)
@@ -217,6 +223,68 @@ class SentPipeline:
             raise
         finally:
             self._held._give_back_one(connection)
+
+
+class PipelineStream:
+    """Pipelines sent on one held connection before the replies of the ones before are read:
+    ``read()`` returns the oldest unread pipeline's replies (errors in place). One connection,
+    so the server runs the pipelines in the order they were sent, while the caller builds the
+    next. Not retried: after a connection error the stream is broken, and pipelines sent on it
+    may or may not have run. ``close()`` gives the connection back (disconnected when replies
+    were left unread, so nobody reads them as theirs)."""
+
+    __slots__ = ("_broken", "_connection", "_held", "_unread")
+
+    def __init__(self, held: HeldConnections, connection: HeldConnection) -> None:
+        self._held = held
+        self._connection: HeldConnection | None = connection
+        self._unread: deque[int] = deque()  # replies per pipeline sent and not read yet
+        self._broken = False
+
+    @property
+    def unread(self) -> int:
+        """Pipelines sent whose replies are not read yet."""
+        return len(self._unread)
+
+    def send(self, commands: Sequence[Sequence[Any]]) -> None:
+        connection = self._live()
+        packed = _pack(commands)
+        try:
+            if not self._unread:
+                connection.connect()  # as _send_and_read does; a no-op when connected
+            connection.send_packed_command([packed])
+        except BaseException:
+            self._break()
+            raise
+        self._unread.append(len(commands))
+
+    def read(self) -> list[Any]:
+        connection = self._live()
+        if not self._unread:
+            raise RuntimeError("no pipeline sent on this stream is unread")
+        try:
+            return HeldConnections._read(connection, self._unread.popleft())
+        except BaseException:
+            self._break()
+            raise
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if self._unread or self._broken:
+            connection.disconnect()
+        self._held._give_back_one(connection)
+
+    def _live(self) -> HeldConnection:
+        if self._connection is None or self._broken:
+            raise RuntimeError("this pipeline stream is closed or broken by a connection error")
+        return self._connection
+
+    def _break(self) -> None:
+        self._broken = True
+        if self._connection is not None:
+            self._connection.disconnect()
 
 
 def _pack(commands: Sequence[Sequence[Any]]) -> bytes:

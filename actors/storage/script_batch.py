@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from redis.exceptions import (
 )
 
 from actors.storage.calls import ScriptCall
-from actors.storage.held_connections import SentPipeline
+from actors.storage.held_connections import PipelineStream, SentPipeline
 from actors.storage.scripts import ScriptRunner, shas, sources
 
 # Redirections and TRYAGAIN during a slot migration last milliseconds; calls are retried this
@@ -77,6 +78,14 @@ class ScriptBatch:
         if held is None or isinstance(self.client, RedisCluster):
             return None
         return SentCalls(self, calls, held.send(self._evalshas(calls)))
+
+    def stream(self) -> ScriptStream | None:
+        """A stream of pipelines on one held connection (see ScriptStream), on a client whose
+        connections are held (one server); None on any other client."""
+        held = self.runner.held
+        if held is None or isinstance(self.client, RedisCluster):
+            return None
+        return ScriptStream(self, held.stream())
 
     def run_durable(self, calls: Sequence[ScriptCall], wait: WaitFor) -> tuple[list[Any], int]:
         """Replies in call order, and the fewest replicas that acknowledged any of them."""
@@ -182,13 +191,48 @@ class SentCalls:
         """Replies in call order, errors in place, as ``run(..., raise_errors=False)``. Calls
         answered NOSCRIPT (a restarted server's empty script cache) did not run: they are run
         again through ``run``, which loads their scripts first."""
-        replies = self._sent.read()
-        again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if again:
-            rerun = self._batch.run([self._calls[n] for n in again], raise_errors=False)
-            for n, reply in zip(again, rerun, strict=True):
-                replies[n] = reply
-        return replies
+        return _ran_again_if_unknown(self._batch, self._calls, self._sent.read())
+
+
+class ScriptStream:
+    """Script-call pipelines sent one after another on one connection (ScriptBatch.stream):
+    ``read()`` gives the oldest unread pipeline's replies, errors in place, as SentCalls does,
+    so the caller builds its next pipeline while the server runs the ones sent. The server runs
+    them in the order sent. ``close()`` when done (also after an error)."""
+
+    __slots__ = ("_batch", "_calls", "_stream")
+
+    def __init__(self, batch: ScriptBatch, stream: PipelineStream) -> None:
+        self._batch, self._stream = batch, stream
+        self._calls: deque[Sequence[ScriptCall]] = deque()
+
+    @property
+    def unread(self) -> int:
+        return self._stream.unread
+
+    def send(self, calls: Sequence[ScriptCall]) -> None:
+        self._stream.send(self._batch._evalshas(calls))
+        self._calls.append(calls)
+
+    def read(self) -> list[Any]:
+        replies = self._stream.read()
+        return _ran_again_if_unknown(self._batch, self._calls.popleft(), replies)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def _ran_again_if_unknown(
+    batch: ScriptBatch, calls: Sequence[ScriptCall], replies: list[Any]
+) -> list[Any]:
+    """``replies`` with each call answered NOSCRIPT (a restarted server's empty script cache:
+    the call did not run) run again through ``run``, which loads its script first."""
+    again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if again:
+        rerun = batch.run([calls[n] for n in again], raise_errors=False)
+        for n, reply in zip(again, rerun, strict=True):
+            replies[n] = reply
+    return replies
 
 
 def _raise_first_error(replies: Sequence[Any]) -> None:

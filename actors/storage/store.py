@@ -30,7 +30,7 @@ import itertools
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import redis
@@ -55,6 +55,7 @@ from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls, gates, heartbeats, reads
 from actors.storage import codec as _record
 from actors.storage import schedules as schedule_calls
+from actors.storage.add_stream import add_stream
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
 from actors.storage.keys import ShardKeys, member, schedule_shard
 from actors.storage.namespace_config import (
@@ -314,6 +315,18 @@ class Store(ShardPlan):
 
     def add(self, job: NewJob, *, replace: bool = False, if_exists: IfExists | None = None) -> str:
         return self.add_many([job], replace=replace, if_exists=if_exists)[0]
+
+    @_cluster_errors
+    def add_stream(
+        self, batches: Iterable[Sequence[NewJob]], *, if_exists: IfExists | None = None
+    ) -> list[str]:
+        """Adds batches of jobs (each at most BATCH_MAX_JOBS, each all or nothing as one
+        add_many call), sending the next batch before reading the last one's reply, so the
+        caller's work on the next batch (an iterator may build it as it is asked) overlaps
+        Redis's on the last. Per job what add_many returns, in order; raises AddStreamError
+        with the results so far at the first batch that fails (actors/storage/add_stream.py).
+        """
+        return add_stream(self, batches, validation.if_exists(if_exists, False))
 
     def _add_keeping(self, jobs: Sequence[NewJob]) -> list[str]:
         """add_many with ``if_exists="keep"``: adds the jobs that do not exist and leaves the

@@ -146,15 +146,25 @@ def test_bad_arguments_are_refused_before_any_job_is_taken(
     assert source.taken == 0 and stored_ids(queue) == set()
 
 
-def test_a_duplicate_within_one_batch_is_refused_with_that_batch(queue: DelayQueue) -> None:
-    specs = jobs(20)
-    specs[15] = specs[12]
+def test_a_job_named_twice_is_added_twice_in_order(queue: DelayQueue) -> None:
+    specs = jobs(20, delay=60)
+    specs[15] = {**specs[12], "body": {"second": True}}  # j12 again, in the same batch of 10
+    results = queue.add_stream(specs, batch_size=10, if_exists="replace")
+    assert results[12] == "new" and results[15] == "delayed"  # the second replaced the first
+    info = queue.get("mail", "j12")
+    assert info is not None and info.body == {"second": True}
+    # Under the default "error", the second is an existing job: the stream stops there.
+    again = jobs(20, prefix="e", delay=60)
+    again[15] = again[12]
     with pytest.raises(AddStreamError) as caught:
-        queue.add_stream(specs, batch_size=10)
-    assert isinstance(caught.value.cause, ValidationError)
-    assert "appears twice" in str(caught.value.cause)
-    assert caught.value.results == ["new"] * 10
-    assert stored_ids(queue) == {f"j{k}" for k in range(10)}
+        queue.add_stream(again, batch_size=10)
+    assert isinstance(caught.value.cause, JobExistsError)
+    assert caught.value.cause.jobs == [("mail", "e12")]
+    # e0-e14 were added (e10-e14 as the part of their batch before the repeat); the part from
+    # the repeat on added nothing, and nothing after it was sent.
+    assert caught.value.results == ["new"] * 15 + [None] * 5
+    assert stored_ids(queue) >= {f"e{k}" for k in range(15)}
+    assert not stored_ids(queue) & {f"e{k}" for k in range(16, 20)}
 
 
 def test_a_full_redis_stops_the_stream_and_each_batch_is_whole(

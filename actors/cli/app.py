@@ -105,6 +105,7 @@ COMMAND_MODULES: dict[str, str] = {
     "schedules": "schedules",
     "pause": "topics",
     "resume": "topics",
+    "import": "importing",
 }
 INLINE_COMMANDS = ("demo", "worker")
 # The options before the command that take a value (argparse also accepts their prefixes).

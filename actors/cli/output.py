@@ -270,8 +270,10 @@ class Progress:
         enabled: bool,
         every_s: float = 0.5,
         stream: TextIO | None = None,
+        unit: str = "entries",
     ) -> None:
         self.label = label
+        self.unit = unit
         self.total = total
         self.enabled = enabled
         self.every_s = every_s
@@ -296,7 +298,7 @@ class Progress:
         elapsed = time.monotonic() - self._started
         of = f"/{self.total}" if self.total else ""
         pct = f" ({100 * self.count / self.total:.0f}%)" if self.total else ""
-        text = f"{self.label}: {self.count}{of} entries{pct}, {elapsed:.1f}s"
+        text = f"{self.label}: {self.count}{of} {self.unit}{pct}, {elapsed:.1f}s"
         if self._tty:
             print("\r" + text, end="\n" if final else "", file=self.stream, flush=True)
         else:

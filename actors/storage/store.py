@@ -321,7 +321,8 @@ class Store(ShardPlan):
         self, batches: Iterable[Sequence[NewJob]], *, if_exists: IfExists | None = None
     ) -> list[str]:
         """Adds batches of jobs (each at most BATCH_MAX_JOBS, each all or nothing as one
-        add_many call), sending the next batch before reading the last one's reply, so the
+        add_many call; one that names a job twice is cut before the second, which is added
+        after the first), sending the next batch before reading the last one's reply, so the
         caller's work on the next batch (an iterator may build it as it is asked) overlaps
         Redis's on the last. Per job what add_many returns, in order; raises AddStreamError
         with the results so far at the first batch that fails (actors/storage/add_stream.py).

@@ -8,7 +8,8 @@ errors for the same input, naming the same field, in the caller's unit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -184,6 +185,17 @@ def _new_job(
     else:
         due = now_ms + (0 if checked_delay_ms is None else checked_delay_ms)
     return _checked_job(topic, job_id, body, due, retry_steps_ms, lease_limit_ms, callback)
+
+
+def new_job_batches(
+    specs: Iterable[Mapping[str, Any]], size: int, now_ms: Callable[[], int]
+) -> Iterator[list[NewJob]]:
+    """add_stream()'s mappings as jobs, ``size`` at a time, each batch built when it is asked
+    for (at ``now_ms()`` then); an error names the item by its place in the whole stream."""
+    specs, first = iter(specs), 0
+    while chunk := list(itertools.islice(specs, size)):
+        yield new_jobs(now_ms(), chunk, first)
+        first += len(chunk)
 
 
 def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]], first: int = 0) -> list[NewJob]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import itertools
 import logging
 import os
 import signal
@@ -284,10 +283,7 @@ class DelayQueue:
         noted: list[NewJob] = []  # replace: the jobs, to note those that were re-armed
 
         def batches() -> Iterator[Sequence[NewJob]]:
-            specs, first = iter(jobs), 0
-            while chunk := list(itertools.islice(specs, size)):
-                built = producing.new_jobs(self.clock.now_ms(), chunk, first)
-                first += len(chunk)
+            for built in producing.new_job_batches(jobs, size, self.clock.now_ms):
                 if mode == "replace":
                     noted.extend(built)
                 # Traced: each job's producer span ends once its batch is sent.

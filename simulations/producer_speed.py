@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -255,7 +256,7 @@ def _shown(found: Round) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5_000, help="jobs per mode and round")
     parser.add_argument("--concurrency", type=int, default=100, help="async tasks")
@@ -264,7 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--modes", nargs="+", choices=MODES, default=list(MODES), help="which producers to run"
     )
     parser.add_argument(
-        "--batch", type=int, action="append", help="add_many's jobs per call (default 100, 1000)"
+        "--batch",
+        type=int,
+        action="append",
+        help="jobs per add_many call and add_stream batch (default 100, 1000)",
     )
     parser.add_argument("--url", help="a Redis URL instead of a private redis-server")
     parser.add_argument(
@@ -274,7 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Redis on core 1, this process on core 0 (when there are 2 cores or more)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every mode's rounds on a private server (or ``--url``): the record ``--json`` prints."""
     batches = args.batch or [100, 1_000]
     pinned = args.pin and can_pin() and not args.url
     if pinned:
@@ -288,34 +296,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
 
-    def run(url: str) -> list[Result]:
+    def measured(url: str) -> list[Result]:
         return measure(url, args.jobs, args.concurrency, args.rounds, args.modes, batches)
 
     with tempfile.TemporaryDirectory(prefix="redelay-producer-") as directory:
         if args.url:
-            results = run(args.url)
+            results = measured(args.url)
         else:
             with RedisProcess(Path(directory)) as server:
                 if pinned:
                     assert server.process is not None
                     pin_process(server.process.pid, REDIS_CORE)
-                results = run(server.url)
-    load_after = os.getloadavg()[0]
+                results = measured(server.url)
+    return {
+        "load": [*load, os.getloadavg()[0]],
+        "pinned": pinned,
+        "pinning": pinning_text(pinned, "this producer"),
+        "results": [asdict(r) for r in results],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    record = run(args)
     if args.json:
-        record = {
-            "load": [*load, load_after],
-            "pinned": pinned,
-            "results": [asdict(r) for r in results],
-        }
         print(json.dumps(record))
         return 0
     print(f"{'':<32} {'best jobs/s':>11}   CPU per job in the best round")
-    for result in results:
+    for result in record["results"]:
         print(
-            f"{result.mode:<32} {result.best_jobs_per_s:>11,.0f}   producer "
-            f"{result.client_cpu_us_per_job:5.1f} µs, Redis {result.redis_cpu_us_per_job:5.1f} µs"
+            f"{result['mode']:<32} {result['best_jobs_per_s']:>11,.0f}   producer "
+            f"{result['client_cpu_us_per_job']:5.1f} µs, "
+            f"Redis {result['redis_cpu_us_per_job']:5.1f} µs"
         )
-    print(f"load average: {load[0]:.2f} before, {load_after:.2f} after")
+    load = record["load"]
+    print(f"load average: {load[0]:.2f} before, {load[3]:.2f} after")
     return 0
 
 

@@ -226,6 +226,30 @@ def test_the_page_of_a_tiny_run_shows_its_scale_figures(
         assert f"{row['redis_cpu_utilisation'] * 100:,.0f}%" in worker_text
 
 
+def test_a_tiny_run_measures_every_producer_and_the_page_shows_them(
+    tiny_run: tuple[dict[str, Any], str],
+) -> None:
+    results, page = tiny_run
+    producers = results["producers"]
+    assert producers["command"] == scale.producer_command("tiny")
+    modes = [row["mode"] for row in producers["results"]]
+    assert modes == [
+        "sync add, one thread",
+        "async add, one loop, 4 tasks",
+        "add_many, 100 per call",
+        "add_stream, 100 per batch",
+    ]
+    text = _sections(page)["The producers"]
+    assert "Not measured" not in text and "$" not in text.replace("$$", "")
+    for row in producers["results"]:
+        assert row["jobs"] == 300 and row["best_jobs_per_s"] > 0
+        assert f"{row['best_jobs_per_s']:,.0f} (rounds: " in text
+    assert "| `DelayQueue.add_stream`, 100 jobs per batch |" in text
+    assert "- **100 jobs per batch:** `add_stream` " in text
+    batched = next(t for t in results["targets"] if t["target"].startswith("`add_many`"))
+    assert "add_stream, 100 per batch: " in batched["measured"]
+
+
 def test_render_redraws_the_same_page_from_a_tiny_runs_json(
     tiny_run: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:
@@ -249,12 +273,13 @@ def test_a_json_from_before_the_scale_sections_renders_them_as_not_measured(
     results = json.loads(committed.read_text())
     results.pop("pending_scale", None)
     results.pop("worker_scale", None)
+    results.pop("producers", None)
     older = tmp_path / "older" / "benchmarks.json"
     older.parent.mkdir()
     older.write_text(json.dumps(results))
     assert render_only(older, tmp_path) == 0
     sections = _sections((tmp_path / "benchmarks.md").read_text())
-    for heading in ("Ten million pending jobs", "Worker processes on one Redis"):
+    for heading in ("Ten million pending jobs", "Worker processes on one Redis", "The producers"):
         assert "Not measured in this run" in sections[heading], heading
         assert "$" not in sections[heading].replace("$$", ""), heading
     verdicts = targets.judge(results["records"])

@@ -191,3 +191,30 @@ def test_the_memory_table_shows_the_index_previous_generation_only_when_a_run_me
              for n in (10_000, 10_000_000)]  # fmt: skip
     row = [r for r in scale_report.memory_table(newer).splitlines() if "previous generation" in r]
     assert row == ["| its previous generation | 14.0 | 14.0 |"]
+
+
+def _producers(*rates: tuple[str, float]) -> dict[str, Any]:
+    return {"results": [{"mode": mode, "best_jobs_per_s": rate} for mode, rate in rates]}
+
+
+def test_batched_add_is_met_by_add_many_or_by_add_stream_and_shows_both() -> None:
+    batch = {"system": "redelay", "scenario": "enqueue-batch", "enqueue_jobs_per_s": 99_000.0}
+    alone = targets.batched_add([batch])
+    assert alone.met is False and alone.measured == "99,000 jobs/s"
+    stream = _producers(
+        ("add_many, 200 per call", 79_000.0),
+        ("add_stream, 200 per batch", 151_000.0),
+        ("add_stream, 1000 per batch", 137_000.0),
+    )
+    verdict = targets.batched_add([batch], stream)
+    assert verdict.met is True
+    assert verdict.measured == (
+        "add_many 99,000 jobs/s; add_stream, 200 per batch: 151,000 jobs/s (the producers section)"
+    )
+    slow = _producers(("add_stream, 200 per batch", 149_999.0))
+    assert targets.batched_add([batch], slow).met is False
+    fast_many = {**batch, "enqueue_jobs_per_s": 150_000.0}
+    assert targets.batched_add([fast_many], slow).met is True
+    unmeasured = targets.batched_add([], slow)
+    assert unmeasured.met is False and unmeasured.measured.startswith("add_many not measured")
+    assert targets.batched_add([], {}).met is None

@@ -51,8 +51,19 @@ class AsyncHeldConnection(Protocol):
     def is_connected(self) -> bool: ...
     def send_packed_command(self, command: bytes) -> Awaitable[None]: ...
     def read_response(self) -> Awaitable[Any]: ...
+    # One or the other, by redis-py's version: see _data_waiting.
     def can_read(self) -> Awaitable[bool]: ...
+    def can_read_destructive(self) -> Awaitable[bool]: ...
     def disconnect(self, nowait: bool = False) -> Awaitable[None]: ...
+
+
+def _data_waiting(connection: AsyncHeldConnection) -> Awaitable[bool]:
+    """Whether an idle connection has data waiting (its server closed it, or a reply was left
+    unread). redis-py 8 names the check ``can_read``; 5.x to 7.x name it ``can_read_destructive``
+    (deprecated by 8), and pyproject.toml admits redis-py from 5.3."""
+    if hasattr(connection, "can_read"):
+        return connection.can_read()
+    return connection.can_read_destructive()
 
 
 class AsyncPool(Protocol):
@@ -123,7 +134,7 @@ class AsyncHeldConnections:
         if not connection.is_connected:
             return connection  # connected again by the next send
         try:
-            if await connection.can_read():
+            if await _data_waiting(connection):
                 await connection.disconnect()
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             await connection.disconnect()

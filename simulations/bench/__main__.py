@@ -6,9 +6,10 @@
     python -m simulations.bench --tiny --systems redelay --no-limit --no-profile --no-sweep
 
 Besides the scenarios every system runs, redelay alone gets the Redis limit, a handler
-concurrency sweep, a profile, and the two scale sections of issue 15: 10,000 against 10,000,000
+concurrency sweep, a profile, the two scale sections of issue 15: 10,000 against 10,000,000
 pending jobs (simulations/pending_scale.py) and 1, 2, 4 worker processes on one Redis
-(simulations/worker_scale.py), sized by the mode (see scale.py); each has a --no-... flag.
+(simulations/worker_scale.py), and its producers (simulations/producer_speed.py: add, async add,
+add_many, add_stream), sized by the mode (see scale.py); each has a --no-... flag.
 
 One ``--seed`` drives the steady scenarios' delays; every setting is printed at the start.
 """
@@ -70,6 +71,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-worker-scale",
         action="store_true",
         help="skip 1, 2, 4 worker processes on one Redis (simulations/worker_scale.py)",
+    )
+    parser.add_argument(
+        "--no-producers",
+        action="store_true",
+        help="skip redelay's producers (simulations/producer_speed.py)",
     )
     parser.add_argument(
         "--render",
@@ -218,7 +224,21 @@ def judge(results: dict[str, Any]) -> list[targets.Verdict]:
         results.get("concurrency_sweep") or [],
         pending_scale=results.get("pending_scale") or {},
         worker_scale=results.get("worker_scale") or {},
+        producers=results.get("producers") or {},
     )
+
+
+def run_producers_section(args: argparse.Namespace, wanted: bool) -> dict[str, Any]:
+    """redelay's producers (redelay only, like the sweep); {} when not run."""
+    if not wanted or args.no_producers:
+        return {}
+    print(f"producers: {scale.producer_command(args.mode)}", flush=True)
+    found = scale.run_producers(args.mode)
+    for row in found.get("results") or [found.get("skipped")]:
+        if isinstance(row, dict):
+            row = f"{row['mode']}: {row['best_jobs_per_s']:,.0f} jobs/s"
+        print(f"  {row}", flush=True)
+    return found
 
 
 def run_scale_sections(
@@ -286,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pending_scale, worker_scale = run_scale_sections(
             args, code_dir, "redelay" in {s.name for s in systems}
         )
+        producers = run_producers_section(args, "redelay" in {s.name for s in systems})
         note_speed(load, Path(workdir), "end")
     load["end"] = list(os.getloadavg())
     prefix = "benchmarks" if args.mode == "full" else f"benchmarks-{args.mode}"
@@ -318,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "concurrency_sweep": sweep,
         "pending_scale": pending_scale,
         "worker_scale": worker_scale,
+        "producers": producers,
         "charts": {name: path for name, path in charts.items() if drawn[name]},
     }
     results["targets"] = [v.to_json() for v in judge(results)]
@@ -326,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {page_path} and {json_path} in {results['wall_s']} s")
     for verdict in results["targets"]:
         print(f"target: {verdict['target']}: {verdict['measured']} -> {verdict['met']}")
-    return report_errors(skipped, scale.failures(pending_scale, worker_scale))
+    return report_errors(skipped, scale.failures(pending_scale, worker_scale, producers))
 
 
 def report_errors(skipped: Sequence[dict[str, Any]], sections: Sequence[str] = ()) -> int:

@@ -483,6 +483,8 @@ def values(results: dict[str, Any]) -> dict[str, str]:
             results.get("pending_scale") or {}, results.get("worker_scale") or {}
         ),
         "worker_scale_results": scale_report.worker_section(results.get("worker_scale") or {}),
+        "producers_results": scale_report.producers_section(results.get("producers") or {}),
+        "stream_enqueue": scale_report.stream_enqueue(results.get("producers") or {}),
         "skipped_section": skipped_section(results.get("skipped") or []),
         "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
         "versions_section": versions_section(results["versions"]),

@@ -1,10 +1,12 @@
-"""The two scale simulators as sections of ``python -m simulations.bench`` (issue 15).
+"""Three simulators as sections of ``python -m simulations.bench`` (issue 15).
 
-``simulations/pending_scale.py`` (10,000 against 10,000,000 pending delayed jobs) and
-``simulations/worker_scale.py`` (1, 2, 4 worker processes on one Redis) keep their own command
-lines for hand runs; here each is called through its ``measure`` with arguments sized by the
-bench's mode, parsed by its own parser so the defaults stay in one place. Both run pinned as the
-rest of the bench is (Redis on core 1, every client on core 0; simulations/bench/server.py).
+``simulations/pending_scale.py`` (10,000 against 10,000,000 pending delayed jobs),
+``simulations/worker_scale.py`` (1, 2, 4 worker processes on one Redis) and
+``simulations/producer_speed.py`` (redelay's producers: add, async add, add_many, add_stream) keep
+their own command lines for hand runs; here each is called through its ``measure`` (``run``) with
+arguments sized by the bench's mode, parsed by its own parser so the defaults stay in one place.
+All run pinned as the rest of the bench is (Redis on core 1, every client on core 0;
+simulations/bench/server.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import pending_scale, worker_scale
+from .. import pending_scale, producer_speed, worker_scale
 from .runner import AgentFailed
 
 # pending_scale's arguments by mode. Full is the hand run of docs/benchmarks.md; quick and tiny
@@ -39,6 +41,14 @@ WORKER_ARGS = {
     "quick": "--workers 1 2 --jobs 20000 --repeat 1 --pin",
     "tiny": "--workers 1 2 --jobs 600 --concurrency 10 --repeat 1 --pin",
 }
+# producer_speed's: every producer of redelay, alternated rounds, the best reported. Full adds
+# 100,000 jobs per mode and round, the size the enqueue scenarios use, at add_many's batch of
+# 1,000 (as in the enqueue table) and add_stream's default of 200.
+PRODUCER_ARGS = {
+    "full": "--jobs 100000 --rounds 3 --batch 200 --batch 1000",
+    "quick": "--jobs 5000 --rounds 1 --batch 200",
+    "tiny": "--jobs 300 --rounds 1 --batch 100 --concurrency 4",
+}
 # What a failure inside a simulator raises: an agent that died, a run past its timeout.
 FAILURES = (AgentFailed, SystemExit, RuntimeError, OSError)
 
@@ -49,6 +59,10 @@ def pending_command(mode: str) -> str:
 
 def worker_command(mode: str) -> str:
     return "python -m simulations.worker_scale " + WORKER_ARGS[mode]
+
+
+def producer_command(mode: str) -> str:
+    return "python -m simulations.producer_speed " + PRODUCER_ARGS[mode]
 
 
 def _failed(exc: BaseException, command: str) -> dict[str, Any]:
@@ -69,6 +83,13 @@ def run_worker_scale(mode: str, code_dir: Path | None) -> dict[str, Any]:
     return _timed(lambda: worker_scale.measure(args, code_dir), worker_command(mode))
 
 
+def run_producers(mode: str) -> dict[str, Any]:
+    """producer_speed's record (load, pinning, each mode's rounds) plus the command that
+    repeats it alone; on a failure, why."""
+    args = producer_speed.parse_args(PRODUCER_ARGS[mode].split())
+    return _timed(lambda: producer_speed.run(args), producer_command(mode))
+
+
 def _timed(measure: Callable[[], dict[str, Any]], command: str) -> dict[str, Any]:
     started = time.monotonic()
     try:
@@ -78,7 +99,9 @@ def _timed(measure: Callable[[], dict[str, Any]], command: str) -> dict[str, Any
     return {**result, "command": command, "wall_s": round(time.monotonic() - started, 1)}
 
 
-def failures(pending: dict[str, Any], workers: dict[str, Any]) -> list[str]:
+def failures(
+    pending: dict[str, Any], workers: dict[str, Any], producers: dict[str, Any] | None = None
+) -> list[str]:
     """Each section that was asked for and failed, for the run's exit status."""
-    named = (("pending scale", pending), ("worker scale", workers))
+    named = (("pending scale", pending), ("worker scale", workers), ("producers", producers or {}))
     return [f"{name}: {found['skipped']}" for name, found in named if found.get("error")]

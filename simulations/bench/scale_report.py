@@ -1,4 +1,5 @@
-"""The page's two scale sections (10M pending jobs, worker processes) from a run's results.
+"""The page's simulator sections (10M pending jobs, worker processes, producers) from a run's
+results.
 
 Each returns the part of its section that comes from the run: what ran, its tables, and what they
 show, every conclusion computed from the figures (a ratio, "yes"/"no") so the text stays true for
@@ -8,6 +9,7 @@ any run. A run without the section (skipped, failed, or a JSON from before it wa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
@@ -18,6 +20,7 @@ from .targets import (
     MEMORY_BYTES,
     PENDING_RATIO,
     REDIS_SATURATED,
+    best_stream,
     first_ceiling,
 )
 
@@ -346,3 +349,85 @@ def _ceiling_line(by_count: Sequence[dict[str, Any]], pinned: bool) -> str:
 def _quotient(more: dict[str, Any], fewer: dict[str, Any]) -> float | None:
     base = float(fewer.get("delivered_jobs_per_s") or 0)
     return float(more["delivered_jobs_per_s"]) / base if base else None
+
+
+# producer_speed's mode names, as the page names the calls they time.
+_PRODUCER_LABELS = (
+    (re.compile(r"sync add, one thread"), "`DelayQueue.add` in a loop, one thread"),
+    (
+        re.compile(r"async add, one loop, (\d+) tasks"),
+        "`AsyncDelayQueue.add` from one event loop, {} concurrent tasks",
+    ),
+    (re.compile(r"add_many, (\d+) per call"), "`DelayQueue.add_many`, {} jobs per call"),
+    (re.compile(r"add_stream, (\d+) per batch"), "`DelayQueue.add_stream`, {} jobs per batch"),
+)
+
+
+def _producer_label(mode: str) -> str:
+    for pattern, label in _PRODUCER_LABELS:
+        match = pattern.fullmatch(mode)
+        if match:
+            return label.format(*(f"{int(g):,}" for g in match.groups()))
+    return mode
+
+
+def producers_section(result: dict[str, Any]) -> str:
+    """What ran, the table (best round of each producer, every round's rate beside it), and how
+    add_stream compared with add_many at the same batch size."""
+    missing = _not_measured(result, "producers")
+    if missing is not None:
+        return missing
+    found = result.get("results") or []
+    load = result.get("load") or []
+    loads = ""
+    if len(load) >= 4:
+        loads = f"; load average {load[0]:.2f} before, {load[3]:.2f} after"
+    jobs = found[0]["jobs"] if found else 0
+    rounds = len(found[0]["rounds"]) if found else 0
+    head = (
+        f"In this run (`{result.get('command', '')}`; {result.get('pinning', 'pinning unknown')}"
+        f"{loads}): {jobs:,} jobs per producer and round, {rounds} round(s) with the producers "
+        "alternated, the best round reported."
+    )
+    rows = []
+    for row in found:
+        rates = ", ".join(num(r["jobs_per_s"]) for r in row["rounds"])
+        rows.append(
+            [
+                _producer_label(str(row["mode"])),
+                f"{num(row['best_jobs_per_s'])} (rounds: {rates})",
+                f"{num(row['client_cpu_us_per_job'], 1)} µs",
+                f"{num(row['redis_cpu_us_per_job'], 1)} µs",
+            ]
+        )
+    header = ["producer", "jobs/s", "producer CPU per job", "Redis CPU per job"]
+    return "\n\n".join([head, table(header, rows), _stream_findings(found)])
+
+
+def _stream_findings(found: Sequence[dict[str, Any]]) -> str:
+    """add_stream against add_many at each batch size both ran."""
+    rates: dict[tuple[str, int], float] = {}
+    for row in found:
+        match = re.fullmatch(r"(add_many|add_stream), (\d+) per (?:call|batch)", str(row["mode"]))
+        if match:
+            rates[(match[1], int(match[2]))] = float(row["best_jobs_per_s"])
+    lines = [
+        f"- **{size:,} jobs per batch:** `add_stream` {num(rates[('add_stream', size)])} "
+        f"jobs/s, `add_many` {num(rates[('add_many', size)])} jobs/s "
+        f"(x{rates[('add_stream', size)] / rates[('add_many', size)]:.2f})."
+        for size in sorted({size for _, size in rates})
+        if ("add_stream", size) in rates and ("add_many", size) in rates
+    ]
+    return "\n".join(lines) or "No batch size ran both `add_many` and `add_stream`."
+
+
+def stream_enqueue(result: dict[str, Any]) -> str:
+    """One sentence for the enqueue paragraph: add_stream's best rate, or that it did not run."""
+    stream = best_stream(result)
+    if stream is None:
+        return "`add_stream`, which overlaps the two, was not measured in this run."
+    return (
+        f"`add_stream`, which sends the next batch before it reads the last reply so the two "
+        f"overlap, added {num(stream['best_jobs_per_s'])} jobs/s "
+        f"({_producer_label(str(stream['mode']))}; [the producers](#the-producers))."
+    )

@@ -133,8 +133,35 @@ def single_add(records: Sequence[dict[str, Any]]) -> Verdict:
     return _enqueue(records, "enqueue-single", "one `add` from one thread >= 20,000 jobs/s", 20_000)
 
 
-def batched_add(records: Sequence[dict[str, Any]]) -> Verdict:
-    return _enqueue(records, "enqueue-batch", "`add_many` >= 150,000 jobs/s", 150_000)
+BATCHED_ADD_FLOOR = 150_000
+STREAM_MODE_PREFIX = "add_stream"  # producer_speed's name for its add_stream modes
+
+
+def best_stream(producers: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fastest add_stream mode of the producers section (the best of its rounds), if any."""
+    found = [
+        result
+        for result in (producers or {}).get("results") or []
+        if str(result.get("mode", "")).startswith(STREAM_MODE_PREFIX)
+    ]
+    return max(found, key=lambda result: float(result["best_jobs_per_s"])) if found else None
+
+
+def batched_add(
+    records: Sequence[dict[str, Any]], producers: dict[str, Any] | None = None
+) -> Verdict:
+    """add_many per call (the enqueue scenario) and, when the producers section ran, add_stream:
+    the same batches, each sent before the last one's reply is read (the issue's "pipelined
+    batches"). Met when either reaches the floor; both figures are shown."""
+    target = "`add_many` >= 150,000 jobs/s (one call at a time, or pipelined by `add_stream`)"
+    found = _enqueue(records, "enqueue-batch", target, BATCHED_ADD_FLOOR)
+    stream = best_stream(producers)
+    if stream is None:
+        return found
+    rate = float(stream["best_jobs_per_s"])
+    measured = "add_many not measured" if found.met is None else f"add_many {found.measured}"
+    measured += f"; {stream['mode']}: {rate:,.0f} jobs/s (the producers section)"
+    return Verdict(target, measured, rate >= BATCHED_ADD_FLOOR or bool(found.met))
 
 
 def _largest_pending(pending_scale: dict[str, Any]) -> dict[str, Any] | None:
@@ -265,6 +292,7 @@ def judge(
     *,
     pending_scale: dict[str, Any] | None = None,
     worker_scale: dict[str, Any] | None = None,
+    producers: dict[str, Any] | None = None,
 ) -> list[Verdict]:
     """`sweep` is accepted for the callers' sake; the targets are judged on the table's rows and
     the scale sections ({} or None: not run, its targets "not measured")."""
@@ -274,7 +302,7 @@ def judge(
         redis_cpu(records),
         lateness(records),
         single_add(records),
-        batched_add(records),
+        batched_add(records, producers),
         memory(records, pending_scale),
         pending(pending_scale or {}),
         workers(worker_scale or {}),

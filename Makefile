@@ -55,7 +55,7 @@ $(BENCH_STAMP): pyproject.toml
 	touch $(BENCH_STAMP)
 
 # Full sizes (111 and 114 minutes on 2 cores in two runs on 2026-11-24; of it about 6 for the 10M-pending and worker-process
-# sections, skipped with --no-pending-scale / --no-worker-scale; the producers section, about 2
+# sections, skipped with --no-pending-scale / --no-worker-scale; the producers section, about 1
 # more, with --no-producers): rewrites docs/benchmarks.md, .json and the PNGs.
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m simulations.bench --full

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test browser lint typecheck pytest demo simulate bench clean
+.PHONY: test browser lint typecheck pytest oldest demo simulate bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,embedded,dashboard]'
 	touch $(STAMP)
 
-test: browser lint typecheck pytest
+test: browser lint typecheck pytest oldest
 
 # The dashboard's browser tests drive Debian's chromium through chromium-driver: installed with
 # apt when missing (as root, or through sudo), never downloaded by the tests themselves.
@@ -34,13 +34,34 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
+# The client layer again on the oldest redis-py pyproject.toml admits (5.3): redis-py 8 renamed
+# what the held async connections call (can_read_destructive -> can_read), and the main
+# environment, which gets the newest, would never see such a break.
+OLDEST_VENV ?= .venv-oldest
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
+OLDEST_REDIS_PY := 5.3.1
+OLDEST_TESTS := tests/test_held_connections.py tests/test_async_held_connections.py \
+	tests/test_async_queue.py tests/test_async_topologies.py tests/test_store.py \
+	tests/test_add_stream.py tests/test_if_exists.py tests/test_lazy_connect.py \
+	tests/test_topology.py tests/test_lost_replies.py
+
+$(OLDEST_STAMP): pyproject.toml
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[test,embedded]' 'redis[hiredis]==$(OLDEST_REDIS_PY)'
+	touch $(OLDEST_STAMP)
+
+oldest: $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/python -c 'import redis; assert redis.__version__ == "$(OLDEST_REDIS_PY)", redis.__version__'
+	$(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(OLDEST_TESTS)
+
 # The order-timeout demo on the embedded default: needs no redis-server on PATH (the `embedded`
 # extra installed by $(STAMP) ships one).
 demo: $(STAMP)
 	$(BIN)/redelay demo
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) $(OLDEST_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
 
 # Benchmarks (simulations/bench, docs/benchmarks.md). The peers live in a virtual environment of
 # their own: arq caps redis-py below 6, which the main environment must not be held to.

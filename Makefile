@@ -42,7 +42,8 @@ OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
 OLDEST_REDIS_PY := 5.3.1
 OLDEST_TESTS := tests/test_held_connections.py tests/test_async_held_connections.py \
 	tests/test_async_queue.py tests/test_async_topologies.py tests/test_store.py \
-	tests/test_add_stream.py tests/test_if_exists.py tests/test_lazy_connect.py \
+	tests/test_add_stream.py tests/test_async_add_stream.py tests/test_if_exists.py \
+	tests/test_lazy_connect.py \
 	tests/test_topology.py tests/test_lost_replies.py
 
 $(OLDEST_STAMP): pyproject.toml

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -34,7 +34,7 @@ from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.async_store import AsyncStore, ServerClock, open_async_store
 from actors.storage.async_topology import AsyncClient, check_source, connect
 from actors.tracing import Tracing
-from actors.values import AuditRetention, Durability, JobInfo, JobPage, TopicConfig
+from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
 
 
 class AsyncDelayQueue:
@@ -170,6 +170,29 @@ class AsyncDelayQueue:
         # Traced: one producer span per job (see actors.tracing).
         with self._tracing.sending(built) as traced:
             return await store.add_many(traced, if_exists=mode)
+
+    async def add_stream(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        batch_size: int = c.DEFAULT_STREAM_BATCH,
+        if_exists: IfExists | None = None,
+    ) -> list[str]:
+        """As :meth:`DelayQueue.add_stream`: any number of jobs (a list or a generator) in
+        batches of ``batch_size``, each all or nothing, each sent before the reply to the one
+        before is read; AddStreamError at the first batch that fails."""
+        size = validation.count(batch_size, "batch_size", c.BATCH_MAX_JOBS)
+        mode = validation.if_exists(if_exists, False)
+        store = await self.store()
+        tracing = self._tracing
+
+        def batches() -> Iterator[Sequence[NewJob]]:
+            for built in producing.new_job_batches(jobs, size, store.clock.now_ms):
+                # Traced: each job's producer span ends once its batch is sent.
+                with tracing.sending(built) as traced:
+                    yield traced
+
+        return await store.add_stream(batches(), if_exists=mode)
 
     # -- recurring schedules (docs/schedules.md) ---------------------------------------------
 

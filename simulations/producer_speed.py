@@ -10,7 +10,8 @@ mode, due in an hour (so nothing is carried while measuring):
   100 and 1,000 by default), each job a mapping as users write it;
 - stream-<n>: ``DelayQueue.add_stream`` of every job from one generator, in batches of ``n`` (the
   same ``--batch`` sizes): each batch is sent before the reply to the one before is read, so the
-  producer builds a batch while Redis adds the last.
+  producer builds a batch while Redis adds the last;
+- async-stream-<n>: the same through ``AsyncDelayQueue.add_stream`` on one event loop.
 
 Beside jobs/s each mode prints the CPU it cost per job on both sides of the socket: the
 producer's (``time.process_time``, this process) and Redis's (``INFO cpu``, used_cpu_user +
@@ -54,7 +55,7 @@ from .bench.server import REDIS_CORE, can_pin, pin_clients, pin_process, pinning
 TOPIC = "bench"
 DELAY_S = 3_600
 WARM_UP_JOBS = 50
-MODES = ("sync", "async", "many", "stream")
+MODES = ("sync", "async", "many", "stream", "async-stream")
 
 
 @dataclass
@@ -162,6 +163,30 @@ def stream_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMete
         queue.close()
 
 
+async def async_stream_round(
+    url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter
+) -> Round:
+    async with AsyncDelayQueue(url, namespace=namespace) as queue:
+        await queue.add_stream(
+            {"topic": TOPIC, "id": f"warm-{n}", "delay": DELAY_S} for n in range(WARM_UP_JOBS)
+        )
+        meter.start()  # blocking, but before the clock starts and after the warm-up
+        await queue.add_stream(
+            (
+                {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
+                for n in range(jobs)
+            ),
+            batch_size=batch,
+        )
+        measured = meter.stop(jobs)
+    cleanup = DelayQueue(url, namespace=namespace, producer_only=True)
+    try:
+        _check_and_erase(cleanup, jobs + WARM_UP_JOBS, f"async-stream-{batch}")
+    finally:
+        cleanup.close()
+    return measured
+
+
 async def async_round(
     url: str, namespace: str, jobs: int, concurrency: int, meter: CpuMeter
 ) -> Round:
@@ -190,7 +215,7 @@ def measure(
     jobs: int,
     concurrency: int,
     rounds: int,
-    modes: Sequence[str] = ("sync", "async", "many", "stream"),
+    modes: Sequence[str] = MODES,
     batches: Sequence[int] = (100, 1_000),
 ) -> list[Result]:
     runs: list[tuple[str, int, Callable[[str, CpuMeter], Round]]] = []
@@ -220,6 +245,17 @@ def measure(
                     f"add_stream, {size} per batch",
                     1,
                     lambda ns, m, size=size: stream_round(url, ns, jobs, size, m),  # type: ignore[misc]
+                )
+            )
+    if "async-stream" in modes:
+        for size in batches:
+            runs.append(
+                (
+                    f"async add_stream, {size} per batch",
+                    1,
+                    lambda ns, m, size=size: asyncio.run(  # type: ignore[misc]
+                        async_stream_round(url, ns, jobs, size, m)
+                    ),
                 )
             )
     measured: list[list[Round]] = [[] for _ in runs]

@@ -207,8 +207,9 @@ def test_a_lost_server_stops_the_stream_with_a_connection_error(
         with pytest.raises(AddStreamError) as caught:
             queue.add_stream(dies_after_the_first_batch(), batch_size=10)
         assert isinstance(caught.value.cause, redis.ConnectionError)
-        # The first batch was sent; its reply never came, so whether it ran is unknown.
-        assert caught.value.results == [None] * 10
+        # The first batch was sent and its reply never came, so whether it ran is unknown; the
+        # second was built and could not be sent. Both are None.
+        assert caught.value.results == [None] * 20
     finally:
         queue.close()
 

@@ -220,3 +220,33 @@ def test_the_call_overhead_benchmark_times_the_async_ways(
     results = json.loads(capsys.readouterr().out)["results"]
     assert set(results) == {"redis.asyncio pipeline of 2", "held async connection, pipeline of 2"}
     assert all(row["client_cpu_us"] > 0 and row["calls_per_s"] > 0 for row in results.values())
+
+
+def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(
+    redis_server: RedisProcess,
+) -> None:
+    async def scenario() -> None:
+        client = aredis.Redis.from_url(redis_server.url)
+        held = AsyncHeldConnections(client)
+        stream = await held.stream()
+        await stream.send([("RPUSH", "order", "a"), ("ECHO", "first")])
+        await stream.send([("RPUSH", "order", "b"), ("LPUSH", "order-x", "x"), ("GET", "order")])
+        assert stream.unread == 2
+        assert await stream.read() == [1, b"first"]
+        second = await stream.read()
+        assert second[:2] == [2, 1] and isinstance(second[2], redis.ResponseError)
+        with pytest.raises(RuntimeError, match="unread"):
+            await stream.read()
+        await stream.close()
+        assert await client.lrange("order", 0, -1) == [b"a", b"b"]
+        # A stream closed with a reply unread: the next caller does not read it as its own.
+        unread = await held.stream()
+        await unread.send([("ECHO", "never read")])
+        await unread.close()
+        assert await held.pipeline([("ECHO", "mine")]) == [b"mine"]
+        with pytest.raises(RuntimeError, match="closed"):
+            await unread.send([("ECHO", "late")])
+        await held.close()
+        await client.aclose()
+
+    run(scenario)

@@ -238,6 +238,7 @@ def test_a_tiny_run_measures_every_producer_and_the_page_shows_them(
         "async add, one loop, 4 tasks",
         "add_many, 100 per call",
         "add_stream, 100 per batch",
+        "async add_stream, 100 per batch",
     ]
     text = _sections(page)["The producers"]
     assert "Not measured" not in text and "$" not in text.replace("$$", "")

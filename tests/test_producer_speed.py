@@ -22,6 +22,7 @@ def test_every_mode_reports_and_stores_every_job(capsys: pytest.CaptureFixture[s
         "async add, one loop, 4 tasks",
         "add_many, 100 per call",
         "add_stream, 100 per batch",
+        "async add_stream, 100 per batch",
     ]
     for result in report["results"]:
         assert result["jobs"] == 300 and result["best_jobs_per_s"] > 0

@@ -14,7 +14,8 @@ under ``if_exists="error"``, a full Redis, a lost connection), reads the batch a
 way, and raises :class:`~actors.errors.AddStreamError` with every job's result so far.
 ``if_exists="keep"`` looks existing jobs up in rounds and durable stores wait for replicas per
 call: both run batch after batch through ``add_many``, as do clients whose connections cannot be
-held (a cluster).
+held (a cluster). :class:`StreamBook` keeps the results without I/O, so AsyncStore.add_stream
+drives the same bookkeeping on redis.asyncio.
 """
 
 from __future__ import annotations
@@ -22,18 +23,22 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
 from actors._validation import IfExists
 from actors.errors import AddStreamError, PartialAddError, RedelayError, RedisFullError
+from actors.storage.calls import ScriptCall
 from actors.storage.scripts import refused_for_memory
 from actors.values import NewJob
 
 if TYPE_CHECKING:
-    from actors.storage.script_batch import ScriptStream
+    from actors.storage.plan import ShardPlan
     from actors.storage.store import Store
+
+# What stops a stream: refusals and bad jobs (RedelayError) and Redis's own errors.
+STOPS = (RedelayError, redis.RedisError)
 
 
 class _InFlight(NamedTuple):
@@ -42,20 +47,101 @@ class _InFlight(NamedTuple):
     groups: dict[int, list[int]]  # job indexes per shard, as ShardPlan._add_calls gives them
 
 
+class StreamBook:
+    """What a stream of add batches did so far, with no I/O: the sync driver below and
+    AsyncStore.add_stream send each batch's calls (``calls``, then ``sent``) and hand each
+    reply, oldest first, to ``answered``."""
+
+    def __init__(self, plan: ShardPlan, mode: IfExists) -> None:
+        self.plan = plan
+        self.replace = mode == "replace"
+        self.results: list[str | None] = []  # per job taken: its result, None until known
+        self.in_flight: deque[_InFlight] = deque()
+
+    def calls(self, jobs: Sequence[NewJob]) -> list[ScriptCall]:
+        """The batch's script calls (one per shard), noted as on their way."""
+        groups, shard_calls = self.plan._add_calls(jobs, replace=self.replace)
+        self.in_flight.append(_InFlight(len(self.results), jobs, groups))
+        self.results.extend([None] * len(jobs))
+        return list(shard_calls.values())
+
+    def answered(self, replies: Sequence[Any]) -> None:
+        """The replies of the oldest batch on its way; raises what add_many would."""
+        sent = self.in_flight.popleft()
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                # The add script's first write is refused, so a refused add wrote nothing.
+                if refused_for_memory(reply):
+                    raise RedisFullError("add", str(reply)) from reply
+                raise reply
+        by_shard = dict(zip(sent.groups, replies, strict=True))
+        try:
+            states = self.plan._add_results(
+                sent.jobs, sent.groups, by_shard, replace=self.replace, acked=None
+            )
+        except PartialAddError as exc:
+            self.added_in_part(sent.first, sent.jobs, exc.added)
+            raise
+        self.results[sent.first : sent.first + len(states)] = states
+
+    def added(self, jobs: Sequence[NewJob], states: Sequence[str]) -> None:
+        """A batch added by add_many (batch by batch: keep, durable, a cluster)."""
+        self.results.extend(states)
+
+    def added_in_part(
+        self, first: int, jobs: Sequence[NewJob], added: list[tuple[str, str]]
+    ) -> None:
+        """A batch across shards where some jobs existed: the other shards' jobs were added."""
+        if first == len(self.results):  # not noted yet (a batch add_many ran)
+            self.results.extend([None] * len(jobs))
+        names = set(added)
+        for n, job in enumerate(jobs):
+            if (job.topic, job.id) in names:
+                self.results[first + n] = "new"
+
+    def stopped(self, exc: BaseException) -> AddStreamError:
+        return AddStreamError(self.results, exc)
+
+    def done(self) -> list[str]:
+        return [str(result) for result in self.results]
+
+
 def add_stream(store: Store, batches: Iterable[Sequence[NewJob]], mode: IfExists) -> list[str]:
     """Per job what ``add_many`` returns for it, in stream order; raises AddStreamError."""
+    book = StreamBook(store, mode)
     batches = split_at_repeats(batches)
-    results: list[str | None] = []
     stream = None if mode == "keep" or store.durability is not None else store._batch.stream()
     try:
         if stream is None:
-            _one_batch_at_a_time(store, batches, mode, results)
-        else:
-            _pipelined(store, stream, batches, mode, results)
+            for jobs in batches:
+                try:
+                    book.added(jobs, store.add_many(jobs, if_exists=mode))
+                except PartialAddError as exc:
+                    book.added_in_part(len(book.results), jobs, exc.added)
+                    raise
+            return book.done()
+        try:
+            for jobs in batches:  # building the next batch runs here, while Redis runs the last
+                if jobs:
+                    stream.send(book.calls(jobs))
+                    if len(book.in_flight) > 1:
+                        book.answered(stream.read())
+            while book.in_flight:
+                book.answered(stream.read())
+        except STOPS as exc:
+            if not isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                # The batches already sent ran or were refused: their results still count.
+                # The first error is the one reported; a later failing batch's jobs stay None.
+                while book.in_flight:
+                    with contextlib.suppress(*STOPS):
+                        book.answered(stream.read())
+            raise
+        return book.done()
+    except STOPS as exc:
+        raise book.stopped(exc) from exc
     finally:
         if stream is not None:
             stream.close()
-    return [str(result) for result in results]
 
 
 def split_at_repeats(batches: Iterable[Sequence[NewJob]]) -> Iterator[Sequence[NewJob]]:
@@ -76,80 +162,3 @@ def split_at_repeats(batches: Iterable[Sequence[NewJob]]) -> Iterator[Sequence[N
             run.append(job)
             names.add(name)
         yield run
-
-
-def _one_batch_at_a_time(
-    store: Store, batches: Iterable[Sequence[NewJob]], mode: IfExists, results: list[str | None]
-) -> None:
-    try:
-        for jobs in batches:
-            first = len(results)
-            results.extend([None] * len(jobs))
-            try:
-                states = store.add_many(jobs, if_exists=mode)
-            except PartialAddError as exc:
-                _mark_added(results, first, jobs, exc.added)
-                raise
-            results[first:] = states
-    except (RedelayError, redis.RedisError) as exc:
-        raise AddStreamError(results, exc) from exc
-
-
-def _pipelined(
-    store: Store,
-    stream: ScriptStream,
-    batches: Iterable[Sequence[NewJob]],
-    mode: IfExists,
-    results: list[str | None],
-) -> None:
-    in_flight: deque[_InFlight] = deque()
-    replace = mode == "replace"
-    try:
-        for jobs in batches:  # building the next batch runs here, while Redis runs the last
-            if not jobs:
-                continue
-            groups, shard_calls = store._add_calls(jobs, replace=replace)
-            stream.send(list(shard_calls.values()))
-            in_flight.append(_InFlight(len(results), jobs, groups))
-            results.extend([None] * len(jobs))
-            if len(in_flight) > 1:
-                _read_one(store, stream, in_flight.popleft(), replace, results)
-        while in_flight:
-            _read_one(store, stream, in_flight.popleft(), replace, results)
-    except (RedelayError, redis.RedisError) as exc:
-        if not isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-            # The batches already sent ran or were refused: their results still count.
-            # The first error is the one reported; a later failing batch's jobs stay None.
-            while in_flight:
-                with contextlib.suppress(RedelayError, redis.RedisError):
-                    _read_one(store, stream, in_flight.popleft(), replace, results)
-        raise AddStreamError(results, exc) from exc
-
-
-def _read_one(
-    store: Store, stream: ScriptStream, sent: _InFlight, replace: bool, results: list[str | None]
-) -> None:
-    replies = stream.read()
-    for reply in replies:
-        if isinstance(reply, redis.ResponseError):
-            # The add script's first write is refused, so a refused add wrote nothing.
-            if refused_for_memory(reply):
-                raise RedisFullError("add", str(reply)) from reply
-            raise reply
-    by_shard = dict(zip(sent.groups, replies, strict=True))
-    try:
-        states = store._add_results(sent.jobs, sent.groups, by_shard, replace=replace, acked=None)
-    except PartialAddError as exc:
-        _mark_added(results, sent.first, sent.jobs, exc.added)
-        raise
-    results[sent.first : sent.first + len(states)] = states
-
-
-def _mark_added(
-    results: list[str | None], first: int, jobs: Sequence[NewJob], added: list[tuple[str, str]]
-) -> None:
-    """A batch across shards where some jobs existed: the other shards' jobs were added."""
-    names = set(added)
-    for n, job in enumerate(jobs):
-        if (job.topic, job.id) in names:
-            results[first + n] = "new"

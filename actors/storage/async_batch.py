@@ -16,6 +16,7 @@ follows MOVED and ASK; the calls of one operation run concurrently.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +24,11 @@ import redis.asyncio as aredis
 from redis.exceptions import NoScriptError
 
 from actors.errors import ConfigError
-from actors.storage.async_held_connections import AsyncHeldConnections, async_holdable
+from actors.storage.async_held_connections import (
+    AsyncHeldConnections,
+    AsyncPipelineStream,
+    async_holdable,
+)
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import ScriptCall
 from actors.storage.script_batch import WaitFor
@@ -137,6 +142,14 @@ class AsyncScriptBatch:
             await self._send([("SCRIPT", "LOAD", self._sources[n][1]) for n in names])
         )
 
+    async def stream(self) -> AsyncScriptStream | None:
+        """Script-call pipelines sent one after another on one held connection (see
+        AsyncScriptStream); None on a client whose connections are not held (a cluster,
+        Sentinel), whose calls go through ``run``."""
+        if self._held is None:
+            return None
+        return AsyncScriptStream(self, await self._held.stream())
+
     async def close(self) -> None:
         """Gives the held connections back to the client's pool (the client stays open)."""
         if self._held is not None:
@@ -170,6 +183,35 @@ class AsyncScriptBatch:
             await self._load({script_calls[n].name for n in retry})
             pending = retry
         raise NoScriptError(f"{len(pending)} script calls were refused NOSCRIPT after loading")
+
+
+class AsyncScriptStream:
+    """The async twin of script_batch.ScriptStream: ``read()`` gives the oldest unread
+    pipeline's replies, errors in place; calls answered NOSCRIPT (they did not run) are run
+    again through the batch, which loads their scripts first."""
+
+    __slots__ = ("_batch", "_calls", "_stream")
+
+    def __init__(self, batch: AsyncScriptBatch, stream: AsyncPipelineStream) -> None:
+        self._batch, self._stream = batch, stream
+        self._calls: deque[Sequence[ScriptCall]] = deque()
+
+    async def send(self, script_calls: Sequence[ScriptCall]) -> None:
+        await self._stream.send([self._batch._evalsha_command(call) for call in script_calls])
+        self._calls.append(script_calls)
+
+    async def read(self) -> list[Any]:
+        replies = await self._stream.read()
+        script_calls = self._calls.popleft()
+        again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if again:
+            rerun, _ = await self._batch._pipelined([script_calls[n] for n in again], None)
+            for n, reply in zip(again, rerun, strict=True):
+                replies[n] = reply
+        return replies
+
+    async def close(self) -> None:
+        await self._stream.close()
 
 
 def _raise_first_error(replies: Sequence[Any]) -> None:

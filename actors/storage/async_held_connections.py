@@ -28,6 +28,7 @@ read. One object serves one event loop, as the client's connections do.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, cast
 
@@ -113,10 +114,7 @@ class AsyncHeldConnections:
             await connection.disconnect(nowait=True)
             raise
         finally:
-            if len(self._idle) < IDLE_MAX:
-                self._idle.append(connection)
-            else:  # as many set aside as the sync side keeps: the pool has it back
-                await self._pool.release(connection)
+            await self._give_back(connection)
 
     async def close(self) -> None:
         """Gives the held connections back to the client's pool; later calls take them again."""
@@ -140,11 +138,19 @@ class AsyncHeldConnections:
             await connection.disconnect()
         return connection
 
+    async def stream(self) -> AsyncPipelineStream:
+        """One connection taken for pipelines sent one after another, each read later in the
+        order sent (see AsyncPipelineStream)."""
+        return AsyncPipelineStream(self, await self._take())
+
+    async def _give_back(self, connection: AsyncHeldConnection) -> None:
+        if len(self._idle) < IDLE_MAX:
+            self._idle.append(connection)
+        else:  # as many set aside as the sync side keeps: the pool has it back
+            await self._pool.release(connection)
+
     @staticmethod
-    async def _send_and_read(
-        connection: AsyncHeldConnection, packed: bytes, replies: int
-    ) -> list[Any]:
-        await connection.send_packed_command(packed)
+    async def _read(connection: AsyncHeldConnection, replies: int) -> list[Any]:
         read: list[Any] = []
         for _ in range(replies):
             try:
@@ -152,3 +158,68 @@ class AsyncHeldConnections:
             except ResponseError as error:
                 read.append(error)
         return read
+
+    @staticmethod
+    async def _send_and_read(
+        connection: AsyncHeldConnection, packed: bytes, replies: int
+    ) -> list[Any]:
+        await connection.send_packed_command(packed)
+        return await AsyncHeldConnections._read(connection, replies)
+
+
+class AsyncPipelineStream:
+    """The async twin of held_connections.PipelineStream: pipelines sent on one held connection
+    before the replies of the ones before are read, read back oldest first, so the server runs
+    them in the order sent while the caller builds the next. Not retried: after a connection
+    error (or a cancellation mid-read) the stream is broken. ``close()`` gives the connection
+    back, disconnected when replies were left unread."""
+
+    __slots__ = ("_broken", "_connection", "_held", "_unread")
+
+    def __init__(self, held: AsyncHeldConnections, connection: AsyncHeldConnection) -> None:
+        self._held = held
+        self._connection: AsyncHeldConnection | None = connection
+        self._unread: deque[int] = deque()
+        self._broken = False
+
+    @property
+    def unread(self) -> int:
+        return len(self._unread)
+
+    async def send(self, commands: Sequence[Sequence[Any]]) -> None:
+        connection = self._live()
+        packed = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
+        try:
+            await connection.send_packed_command(packed)
+        except BaseException:
+            await self._break()
+            raise
+        self._unread.append(len(commands))
+
+    async def read(self) -> list[Any]:
+        connection = self._live()
+        if not self._unread:
+            raise RuntimeError("no pipeline sent on this stream is unread")
+        try:
+            return await AsyncHeldConnections._read(connection, self._unread.popleft())
+        except BaseException:
+            await self._break()
+            raise
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if self._unread or self._broken:
+            await connection.disconnect(nowait=True)
+        await self._held._give_back(connection)
+
+    def _live(self) -> AsyncHeldConnection:
+        if self._connection is None or self._broken:
+            raise RuntimeError("this pipeline stream is closed or broken by a connection error")
+        return self._connection
+
+    async def _break(self) -> None:
+        self._broken = True
+        if self._connection is not None:
+            await self._connection.disconnect(nowait=True)

@@ -13,12 +13,15 @@ AsyncStore serves one loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from actors import _constants as c
 from actors import _validation as validation
@@ -29,6 +32,7 @@ from actors.lifecycle import State
 from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls
 from actors.storage import schedules as schedule_calls
+from actors.storage.add_stream import STOPS, StreamBook, split_at_repeats
 from actors.storage.async_batch import AsyncScriptBatch
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import CancelOutcome, ScriptCall
@@ -158,6 +162,42 @@ class AsyncStore(ShardPlan):
             acked = wait.replicas
         by_shard = dict(zip(shard_calls, replies, strict=True))
         return self._add_results(jobs, groups, by_shard, replace=replace, acked=acked)
+
+    async def add_stream(
+        self, batches: Iterable[Sequence[NewJob]], *, if_exists: IfExists | None = None
+    ) -> list[str]:
+        """As :meth:`Store.add_stream`: each batch sent before the last one's reply is read, on
+        one held connection, so building the next batch (the iterable may build it as it is
+        asked) overlaps Redis adding the last. The bookkeeping is the sync one's (StreamBook)."""
+        mode = validation.if_exists(if_exists, False)
+        book = StreamBook(self, mode)
+        stream = None
+        if mode != "keep" and self.durability is None:
+            stream = await self._batch.stream()
+        try:
+            for jobs in split_at_repeats(batches):
+                if stream is None:
+                    try:
+                        book.added(jobs, await self.add_many(jobs, if_exists=mode))
+                    except PartialAddError as exc:
+                        book.added_in_part(len(book.results), jobs, exc.added)
+                        raise
+                elif jobs:
+                    await stream.send(book.calls(jobs))
+                    if len(book.in_flight) > 1:
+                        book.answered(await stream.read())
+            while stream is not None and book.in_flight:
+                book.answered(await stream.read())
+            return book.done()
+        except STOPS as exc:
+            if stream is not None and not isinstance(exc, RedisConnectionError | RedisTimeoutError):
+                while book.in_flight:  # sent before the stop: their results still count
+                    with contextlib.suppress(*STOPS):
+                        book.answered(await stream.read())
+            raise book.stopped(exc) from exc
+        finally:
+            if stream is not None:
+                await stream.close()
 
     async def add(
         self, job: NewJob, *, replace: bool = False, if_exists: IfExists | None = None

@@ -360,6 +360,10 @@ _PRODUCER_LABELS = (
     ),
     (re.compile(r"add_many, (\d+) per call"), "`DelayQueue.add_many`, {} jobs per call"),
     (re.compile(r"add_stream, (\d+) per batch"), "`DelayQueue.add_stream`, {} jobs per batch"),
+    (
+        re.compile(r"async add_stream, (\d+) per batch"),
+        "`AsyncDelayQueue.add_stream`, {} jobs per batch",
+    ),
 )
 
 

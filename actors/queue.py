@@ -273,7 +273,7 @@ class DelayQueue:
         """Adds any number of jobs (mappings as add_many takes them; a generator is read as it
         goes) in batches of ``batch_size``, sending each batch before the reply to the one
         before is read, so building a batch here overlaps Redis adding the last: on 2 cores
-        about 1.7 to 1.9 times add_many's rate in a loop. Each batch is all or nothing; the
+        1.6 to 1.9 times add_many's rate in a loop. Each batch is all or nothing; the
         stream stops at the first batch that fails (a bad job, an existing one under the
         default ``if_exists="error"``, a full Redis) and raises AddStreamError, whose
         ``results`` say what happened to each job taken so far. Returns per job what add_many

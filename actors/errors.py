@@ -74,7 +74,8 @@ class AddStreamError(RedelayError):
     JobExistsError, RedisFullError, a connection error).
 
     ``results`` has one entry per job the stream took from its iterable, in order: what add_many
-    would have returned for it ("new", or the state it had), or None when it was not added. Each
+    would have returned for it ("new", or the state it had), or None when it was not added (a
+    NotReplicatedError's batch counts as added: its jobs are on the master). Each
     batch is all or nothing; the batch sent before the failing one was read, so it counts. After
     a connection error, None also covers batches whose replies never came: they may or may not
     have been added, and adding them again with ``if_exists="keep"`` is safe.

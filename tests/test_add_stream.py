@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 import redis
 
-from actors import AddStreamError, DelayQueue, JobExistsError, RedisFullError, ValidationError
+from actors import (
+    AddStreamError,
+    DelayQueue,
+    Durability,
+    JobExistsError,
+    NotReplicatedError,
+    RedisFullError,
+    ValidationError,
+)
 from actors.clock import FakeClock
 from actors.server.embedded import RedisProcess
 from actors.storage.keys import shard_of
@@ -236,3 +244,26 @@ def test_store_add_stream_across_shards_marks_the_shards_that_added(
 def test_store_add_stream_of_nothing_adds_nothing(store: Store) -> None:
     assert store.add_stream(iter([])) == []
     assert store.add_stream([[], []]) == []
+
+
+def test_a_durable_stream_goes_batch_by_batch_and_stops_when_no_replica_acknowledges(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    # No replica: every durable add raises NotReplicatedError, its jobs on the master.
+    queue = DelayQueue(
+        redis_client,
+        "durable",
+        clock=fake_clock,
+        producer_only=True,
+        durability=Durability(replicas=1, timeout_ms=10),
+    )
+    try:
+        source = Counted(jobs(30, delay=60))
+        with pytest.raises(AddStreamError) as caught:
+            queue.add_stream(source, batch_size=10)
+        assert isinstance(caught.value.cause, NotReplicatedError)
+        assert caught.value.results == ["new"] * 10  # on the master: added, not replicated
+        assert source.taken == 10  # the first batch stopped the stream
+        assert queue.stats()["mail"]["delayed"] == 10
+    finally:
+        queue.close()

@@ -10,7 +10,15 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from actors import AddStreamError, AsyncDelayQueue, DelayQueue, JobExistsError, ValidationError
+from actors import (
+    AddStreamError,
+    AsyncDelayQueue,
+    DelayQueue,
+    Durability,
+    JobExistsError,
+    NotReplicatedError,
+    ValidationError,
+)
 from actors.server.embedded import RedisProcess
 
 T = TypeVar("T")
@@ -131,3 +139,18 @@ def test_a_lost_server_stops_the_stream_with_a_connection_error(
         run(scenario)
     assert isinstance(caught.value.cause, redis.ConnectionError)
     assert caught.value.added == 0 and None in caught.value.results
+
+
+def test_a_durable_stream_stops_when_no_replica_acknowledges(
+    redis_server: RedisProcess, sync_queue: DelayQueue
+) -> None:
+    async def scenario() -> list[str]:
+        durable = Durability(replicas=1, timeout_ms=10)
+        async with AsyncDelayQueue(redis_server.url, "astream", durability=durable) as queue:
+            return await queue.add_stream(jobs(30, delay=60), batch_size=10)
+
+    with pytest.raises(AddStreamError) as caught:
+        run(scenario)
+    assert isinstance(caught.value.cause, NotReplicatedError)
+    assert caught.value.results == ["new"] * 10  # on the master: added, not replicated
+    assert sync_queue.stats()["mail"]["delayed"] == 10

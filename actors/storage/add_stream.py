@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 
 from actors._validation import IfExists
-from actors.errors import AddStreamError, PartialAddError, RedelayError, RedisFullError
+from actors.errors import (
+    AddStreamError,
+    NotReplicatedError,
+    PartialAddError,
+    RedelayError,
+    RedisFullError,
+)
 from actors.storage.calls import ScriptCall
 from actors.storage.scripts import refused_for_memory
 from actors.values import NewJob
@@ -49,8 +55,9 @@ class _InFlight(NamedTuple):
 
 class StreamBook:
     """What a stream of add batches did so far, with no I/O: the sync driver below and
-    AsyncStore.add_stream send each batch's calls (``calls``, then ``sent``) and hand each
-    reply, oldest first, to ``answered``."""
+    AsyncStore.add_stream send the calls ``calls`` makes of each batch and hand the replies,
+    oldest batch first, to ``answered``; a batch add_many ran goes to ``added`` (or, refused,
+    to ``refused``)."""
 
     def __init__(self, plan: ShardPlan, mode: IfExists) -> None:
         self.plan = plan
@@ -88,12 +95,20 @@ class StreamBook:
         """A batch added by add_many (batch by batch: keep, durable, a cluster)."""
         self.results.extend(states)
 
+    def refused(self, jobs: Sequence[NewJob], exc: BaseException) -> None:
+        """A batch add_many refused (or could not send): none of its jobs counts as added,
+        except, across shards, those of the shards that took theirs."""
+        first = len(self.results)
+        self.results.extend([None] * len(jobs))
+        if isinstance(exc, PartialAddError):
+            self.added_in_part(first, jobs, exc.added)
+        elif isinstance(exc, NotReplicatedError):  # on the master, not on enough replicas
+            self.results[first:] = exc.results
+
     def added_in_part(
         self, first: int, jobs: Sequence[NewJob], added: list[tuple[str, str]]
     ) -> None:
         """A batch across shards where some jobs existed: the other shards' jobs were added."""
-        if first == len(self.results):  # not noted yet (a batch add_many ran)
-            self.results.extend([None] * len(jobs))
         names = set(added)
         for n, job in enumerate(jobs):
             if (job.topic, job.id) in names:
@@ -115,10 +130,11 @@ def add_stream(store: Store, batches: Iterable[Sequence[NewJob]], mode: IfExists
         if stream is None:
             for jobs in batches:
                 try:
-                    book.added(jobs, store.add_many(jobs, if_exists=mode))
-                except PartialAddError as exc:
-                    book.added_in_part(len(book.results), jobs, exc.added)
+                    states = store.add_many(jobs, if_exists=mode)
+                except STOPS as exc:
+                    book.refused(jobs, exc)
                     raise
+                book.added(jobs, states)
             return book.done()
         try:
             for jobs in batches:  # building the next batch runs here, while Redis runs the last

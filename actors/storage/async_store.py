@@ -178,10 +178,11 @@ class AsyncStore(ShardPlan):
             for jobs in split_at_repeats(batches):
                 if stream is None:
                     try:
-                        book.added(jobs, await self.add_many(jobs, if_exists=mode))
-                    except PartialAddError as exc:
-                        book.added_in_part(len(book.results), jobs, exc.added)
+                        states = await self.add_many(jobs, if_exists=mode)
+                    except STOPS as exc:
+                        book.refused(jobs, exc)
                         raise
+                    book.added(jobs, states)
                 elif jobs:
                     await stream.send(book.calls(jobs))
                     if len(book.in_flight) > 1:

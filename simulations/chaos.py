@@ -77,6 +77,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# A cancel call that raised: it may or may not have run.
+CANCEL_UNKNOWN = "unknown"
+
+
 class ClusterStartError(RuntimeError):
     """The machine cannot run a local Redis Cluster (no redis-cli, no free ports, ...)."""
 
@@ -182,10 +186,14 @@ class Producer(threading.Thread):
     def _cancel_due(self) -> None:
         while self.cancels and self.cancels[0][0] <= time.monotonic():
             _, topic, job_id = heapq.heappop(self.cancels)
+            result: str
             try:
                 result = self.queue.store.cancel(topic, job_id)
             except redis.RedisError:
-                continue  # Redis is down: this cancel is dropped (and never recorded)
+                # No answer: Redis was down, or the connection died after the cancel ran (a
+                # lost reply). Recorded as asked, so a job it did cancel is not a "lost" one; the
+                # checks that hold a cancel to its answer skip "unknown".
+                result = CANCEL_UNKNOWN
             self.ledger.cancel(topic, job_id, self.queue.clock.now_ms(), result)
 
 

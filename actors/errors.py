@@ -40,12 +40,16 @@ class JobExistsError(RedelayError):
 
     def __init__(self, members: list[tuple[str, str]]) -> None:
         self.jobs = members
-        shown = ", ".join(f"{t}/{i}" for t, i in members[:5])
-        more = f" and {len(members) - 5} more" if len(members) > 5 else ""
         super().__init__(
-            f"job already exists: {shown}{more}; nothing was added "
+            f"job already exists: {self.named()}; nothing was added "
             '(if_exists="replace" reschedules it, if_exists="keep" leaves it)'
         )
+
+    def named(self) -> str:
+        """The existing jobs as topic/id, the first five and how many more."""
+        shown = ", ".join(f"{t}/{i}" for t, i in self.jobs[:5])
+        more = f" and {len(self.jobs) - 5} more" if len(self.jobs) > 5 else ""
+        return shown + more
 
 
 class ConfigError(RedelayError):
@@ -85,14 +89,14 @@ class AddStreamError(RedelayError):
         self.results = results
         self.cause = cause
         self.added = sum(1 for result in results if result is not None)
-        reason = f"{type(cause).__name__}: {cause}"
-        if isinstance(cause, JobExistsError):  # its own text says "nothing was added"
-            shown = ", ".join(f"{t}/{i}" for t, i in cause.jobs[:5])
-            more = f" and {len(cause.jobs) - 5} more" if len(cause.jobs) > 5 else ""
-            reason = f"JobExistsError: {shown}{more} already existed, so their batch added nothing"
+        # Why it stopped, in words true of the whole stream: JobExistsError's own text says
+        # "nothing was added", which holds for its batch only.
+        self.reason = f"{type(cause).__name__}: {cause}"
+        if isinstance(cause, JobExistsError):
+            self.reason = f"{cause.named()} already existed, so their batch added nothing"
         super().__init__(
             f"add_stream stopped after adding {self.added} of the {len(results)} jobs it took: "
-            + reason
+            + self.reason
         )
 
 

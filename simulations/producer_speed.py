@@ -40,7 +40,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -108,59 +108,59 @@ def _check_and_erase(queue: DelayQueue, expected: int, mode: str) -> None:
     queue.store.erase()
 
 
-def sync_round(url: str, namespace: str, jobs: int, meter: CpuMeter) -> Round:
-    queue = DelayQueue(url, namespace=namespace, producer_only=True)
-    try:
-        for n in range(WARM_UP_JOBS):
-            queue.add(TOPIC, f"warm-{n}", delay=DELAY_S)
-        meter.start()
-        for n in range(jobs):
-            queue.add(TOPIC, f"job-{n}", {"n": n}, delay=DELAY_S)
-        measured = meter.stop(jobs)
-        _check_and_erase(queue, jobs + WARM_UP_JOBS, "sync")
-        return measured
-    finally:
-        queue.close()
+def _specs(first: int, end: int) -> Iterator[dict[str, Any]]:
+    """The timed jobs first..end-1 as add_many and add_stream take them."""
+    return (
+        {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
+        for n in range(first, end)
+    )
 
 
-def many_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter) -> Round:
+def _queue_round(
+    url: str,
+    namespace: str,
+    jobs: int,
+    meter: CpuMeter,
+    mode: str,
+    add: Callable[[DelayQueue], None],
+) -> Round:
+    """One timed round of a sync producer: a warm-up (connecting, the clock sync, loading the
+    scripts), then ``add`` adds the ``jobs`` jobs, then every one is checked and erased."""
     queue = DelayQueue(url, namespace=namespace, producer_only=True)
     try:
         queue.add_many(
             {"topic": TOPIC, "id": f"warm-{n}", "delay": DELAY_S} for n in range(WARM_UP_JOBS)
         )
         meter.start()
-        for first in range(0, jobs, batch):
-            queue.add_many(
-                {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
-                for n in range(first, min(first + batch, jobs))
-            )
+        add(queue)
         measured = meter.stop(jobs)
-        _check_and_erase(queue, jobs + WARM_UP_JOBS, f"many-{batch}")
+        _check_and_erase(queue, jobs + WARM_UP_JOBS, mode)
         return measured
     finally:
         queue.close()
+
+
+def sync_round(url: str, namespace: str, jobs: int, meter: CpuMeter) -> Round:
+    def add(queue: DelayQueue) -> None:
+        for n in range(jobs):
+            queue.add(TOPIC, f"job-{n}", {"n": n}, delay=DELAY_S)
+
+    return _queue_round(url, namespace, jobs, meter, "sync", add)
+
+
+def many_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter) -> Round:
+    def add(queue: DelayQueue) -> None:
+        for first in range(0, jobs, batch):
+            queue.add_many(_specs(first, min(first + batch, jobs)))
+
+    return _queue_round(url, namespace, jobs, meter, f"many-{batch}", add)
 
 
 def stream_round(url: str, namespace: str, jobs: int, batch: int, meter: CpuMeter) -> Round:
-    queue = DelayQueue(url, namespace=namespace, producer_only=True)
-    try:
-        queue.add_stream(
-            {"topic": TOPIC, "id": f"warm-{n}", "delay": DELAY_S} for n in range(WARM_UP_JOBS)
-        )
-        meter.start()
-        queue.add_stream(
-            (
-                {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
-                for n in range(jobs)
-            ),
-            batch_size=batch,
-        )
-        measured = meter.stop(jobs)
-        _check_and_erase(queue, jobs + WARM_UP_JOBS, f"stream-{batch}")
-        return measured
-    finally:
-        queue.close()
+    def add(queue: DelayQueue) -> None:
+        queue.add_stream(_specs(0, jobs), batch_size=batch)
+
+    return _queue_round(url, namespace, jobs, meter, f"stream-{batch}", add)
 
 
 async def async_stream_round(
@@ -171,13 +171,7 @@ async def async_stream_round(
             {"topic": TOPIC, "id": f"warm-{n}", "delay": DELAY_S} for n in range(WARM_UP_JOBS)
         )
         meter.start()  # blocking, but before the clock starts and after the warm-up
-        await queue.add_stream(
-            (
-                {"topic": TOPIC, "id": f"job-{n}", "body": {"n": n}, "delay": DELAY_S}
-                for n in range(jobs)
-            ),
-            batch_size=batch,
-        )
+        await queue.add_stream(_specs(0, jobs), batch_size=batch)
         measured = meter.stop(jobs)
     cleanup = DelayQueue(url, namespace=namespace, producer_only=True)
     try:

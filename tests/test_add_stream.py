@@ -4,11 +4,12 @@ job's result so far. Against real redis-servers (one killed on purpose)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+from _stream_jobs import Spec, jobs, stored_ids
 
 from actors import (
     AddStreamError,
@@ -23,8 +24,6 @@ from actors.clock import FakeClock
 from actors.server.embedded import RedisProcess
 from actors.storage.keys import shard_of
 from actors.storage.store import Store
-
-Spec = Mapping[str, Any]
 
 
 @pytest.fixture
@@ -45,24 +44,6 @@ class Counted:
         for spec in self.specs:
             self.taken += 1
             yield spec
-
-
-def jobs(n: int, prefix: str = "j", **extra: Any) -> list[Spec]:
-    return [{"topic": "mail", "id": f"{prefix}{k}", "body": {"k": k}, **extra} for k in range(n)]
-
-
-def stored_ids(queue: DelayQueue | Store) -> set[str]:
-    """The ids of topic mail's delayed and ready jobs, every page."""
-    ids: set[str] = set()
-    for state in ("delayed", "ready"):
-        after: str | None = None
-        while True:
-            page = queue.jobs("mail", state, after=after, limit=1_000)
-            ids |= {info.id for info in page.jobs}
-            after = page.next_after
-            if after is None:
-                break
-    return ids
 
 
 def test_adds_every_job_of_a_generator_in_batches(queue: DelayQueue) -> None:

@@ -4,11 +4,12 @@ checks, against real redis-servers. Each test drives its coroutines with asyncio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 import redis
+from _stream_jobs import Spec, jobs, stored_ids
 
 from actors import (
     AddStreamError,
@@ -22,28 +23,10 @@ from actors import (
 from actors.server.embedded import RedisProcess
 
 T = TypeVar("T")
-Spec = Mapping[str, Any]
 
 
 def run(make: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(make())  # type: ignore[arg-type]
-
-
-def jobs(n: int, prefix: str = "j", **extra: Any) -> list[Spec]:
-    return [{"topic": "mail", "id": f"{prefix}{k}", "body": {"k": k}, **extra} for k in range(n)]
-
-
-def stored_ids(queue: DelayQueue) -> set[str]:
-    ids: set[str] = set()
-    for state in ("delayed", "ready"):
-        after: str | None = None
-        while True:
-            page = queue.jobs("mail", state, after=after, limit=1_000)
-            ids |= {info.id for info in page.jobs}
-            after = page.next_after
-            if after is None:
-                break
-    return ids
 
 
 @pytest.fixture

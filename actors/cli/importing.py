@@ -213,13 +213,11 @@ def _stopped(exc: AddStreamError, lines: array[int], file: str) -> CliError:
     # The first job not added: one of those sent, or else the first one read and not sent.
     first = next((n for n, result in enumerate(exc.results) if result is None), len(exc.results))
     line = lines[first] if first < len(lines) else None
-    # JobExistsError's own text ends "; nothing was added (...)", true of its batch only.
-    reason = str(cause).split("; nothing was added")[0]
-    message = f"{file}: nothing was added: {reason}"
+    message = f"{file}: nothing was added: {exc.reason}"
     if exc.added:
         message = (
-            f"{file}: stopped: {reason}; {exc.added:,} jobs were added, the first one not added "
-            f"is on line {line}: run again with --if-exists keep to add the rest"
+            f"{file}: stopped: {exc.reason}; {exc.added:,} jobs were added, the first one not "
+            f"added is on line {line}: run again with --if-exists keep to add the rest"
         )
     details = {"added": exc.added, "read": len(lines), "first_not_added_line": line}
     return CliError(code, kind, message, details)

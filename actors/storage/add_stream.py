@@ -91,7 +91,7 @@ class StreamBook:
             raise
         self.results[sent.first : sent.first + len(states)] = states
 
-    def added(self, jobs: Sequence[NewJob], states: Sequence[str]) -> None:
+    def added(self, states: Sequence[str]) -> None:
         """A batch added by add_many (batch by batch: keep, durable, a cluster)."""
         self.results.extend(states)
 
@@ -134,7 +134,7 @@ def add_stream(store: Store, batches: Iterable[Sequence[NewJob]], mode: IfExists
                 except STOPS as exc:
                     book.refused(jobs, exc)
                     raise
-                book.added(jobs, states)
+                book.added(states)
             return book.done()
         try:
             for jobs in batches:  # building the next batch runs here, while Redis runs the last

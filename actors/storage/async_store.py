@@ -182,7 +182,7 @@ class AsyncStore(ShardPlan):
                     except STOPS as exc:
                         book.refused(jobs, exc)
                         raise
-                    book.added(jobs, states)
+                    book.added(states)
                 elif jobs:
                     await stream.send(book.calls(jobs))
                     if len(book.in_flight) > 1:

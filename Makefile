@@ -36,25 +36,40 @@ pytest: $(STAMP)
 
 # The client layer again on the oldest redis-py pyproject.toml admits (5.3): redis-py 8 renamed
 # what the held async connections call (can_read_destructive -> can_read), and the main
-# environment, which gets the newest, would never see such a break.
+# environment, which gets the newest, would never see such a break. There a Redis Cluster is
+# refused (tests/test_cluster_redis_py.py), so the cluster tests run again on the oldest redis-py
+# that runs one (actors/storage/topology.py, CLUSTER_MIN_REDIS_PY), in an environment of their own.
 OLDEST_VENV ?= .venv-oldest
-OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
 OLDEST_REDIS_PY := 5.3.1
 OLDEST_TESTS := tests/test_held_connections.py tests/test_async_held_connections.py \
 	tests/test_async_queue.py tests/test_async_topologies.py tests/test_store.py \
 	tests/test_add_stream.py tests/test_async_add_stream.py tests/test_if_exists.py \
-	tests/test_lazy_connect.py \
+	tests/test_lazy_connect.py tests/test_cluster_redis_py.py \
 	tests/test_topology.py tests/test_lost_replies.py
+OLDEST_CLUSTER_VENV ?= .venv-oldest-cluster
+OLDEST_CLUSTER_REDIS_PY := 7.2.1
+OLDEST_CLUSTER_TESTS := tests/test_cluster.py tests/test_async_topologies.py \
+	tests/test_cluster_redis_py.py
 
-$(OLDEST_STAMP): pyproject.toml
-	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[test,embedded]' 'redis[hiredis]==$(OLDEST_REDIS_PY)'
-	touch $(OLDEST_STAMP)
+# $(call venv_on_redis_py,VENV,VERSION): the project, with its test extras, on that redis-py.
+define venv_on_redis_py
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q -e '.[test,embedded]' 'redis[hiredis]==$(2)'
+	$(1)/bin/python -c 'import redis; assert redis.__version__ == "$(2)", redis.__version__'
+	touch $(1)/.installed-stamp
+endef
 
-oldest: $(OLDEST_STAMP)
-	$(OLDEST_VENV)/bin/python -c 'import redis; assert redis.__version__ == "$(OLDEST_REDIS_PY)", redis.__version__'
+$(OLDEST_VENV)/.installed-stamp: pyproject.toml
+	$(call venv_on_redis_py,$(OLDEST_VENV),$(OLDEST_REDIS_PY))
+
+$(OLDEST_CLUSTER_VENV)/.installed-stamp: pyproject.toml
+	$(call venv_on_redis_py,$(OLDEST_CLUSTER_VENV),$(OLDEST_CLUSTER_REDIS_PY))
+
+oldest: $(OLDEST_VENV)/.installed-stamp $(OLDEST_CLUSTER_VENV)/.installed-stamp
 	$(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(OLDEST_TESTS)
+	$(OLDEST_CLUSTER_VENV)/bin/pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+		$(OLDEST_CLUSTER_TESTS)
 
 # The order-timeout demo on the embedded default: needs no redis-server on PATH (the `embedded`
 # extra installed by $(STAMP) ships one).
@@ -62,7 +77,7 @@ demo: $(STAMP)
 	$(BIN)/redelay demo
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) $(OLDEST_VENV) $(OLDEST_CLUSTER_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
 
 # Benchmarks (simulations/bench, docs/benchmarks.md). The peers live in a virtual environment of
 # their own: arq caps redis-py below 6, which the main environment must not be held to.

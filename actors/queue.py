@@ -41,7 +41,7 @@ from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.store import Store, open_store
-from actors.storage.topology import RedisClient, connect
+from actors.storage.topology import RedisClient, check_source, connect
 from actors.tracing import Tracing
 from actors.values import (
     AuditRetention,
@@ -122,6 +122,8 @@ class DelayQueue:
             # A local server this process starts (or finds running): not a remote one that may
             # be down, so it is started here and the clock and store are still made lazily.
             self._embedded = start_embedded(Path(data_dir))
+        else:
+            check_source(redis_source)  # a decoding client, a cluster on an old redis-py
         self._source = redis_source
         self._owns_clock = clock is None
         self._clock = clock

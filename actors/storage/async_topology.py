@@ -19,6 +19,7 @@ from actors.errors import ConfigError
 from actors.storage.topology import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
+    check_cluster_support,
     cluster_settings,
     sentinel_settings,
 )
@@ -35,13 +36,18 @@ def check_source(source: object) -> None:
         )
     if isinstance(source, aredis.Redis | aredis.RedisCluster):
         check_client(source)
-    elif not isinstance(source, str):
+    elif isinstance(source, str):
+        if source.split("://", 1)[0].lower() in CLUSTER_SCHEMES:
+            cluster_settings(source, {})  # a bad URL is named first: it is wrong on any redis-py
+            check_cluster_support()
+    else:
         raise ConfigError(f"expected a Redis URL or client, got {type(source).__name__}")
 
 
 def check_client(client: AsyncClient) -> None:
     """redelay reads replies as bytes (job bodies are not always text)."""
     if isinstance(client, aredis.RedisCluster):
+        check_cluster_support()
         decoding = bool(client.get_encoder().decode_responses)
     else:
         decoding = bool(client.get_connection_kwargs().get("decode_responses"))  # type: ignore[no-untyped-call]
@@ -73,6 +79,7 @@ async def connect(source: str | AsyncClient, **options: Any) -> AsyncClient:
         client = aredis.Redis.from_url(source, **options)
         if scheme in ("redis", "rediss") and await _cluster_enabled(client):
             await client.aclose()
+            check_cluster_support()
             client = aredis.RedisCluster.from_url(source, **options)
     try:
         check_client(client)

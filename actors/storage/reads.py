@@ -112,8 +112,33 @@ def read_snapshot(client: Any, keys: ShardKeys) -> tuple[Snapshot, str | None]:
         if sorted(decoded(t) for t in topics_now) != topics:
             continue
         last_id = decoded(last[0][0]) if last else None
-        return _snapshot(topics, jobs_raw, delayed, leased, tokens_raw, dead, ready), last_id
+        snapshot = _snapshot(
+            topics,
+            _as_mapping(jobs_raw),
+            _as_scored(delayed),
+            _as_scored(leased),
+            _as_mapping(tokens_raw),
+            _as_scored(dead),
+            ready,
+        )
+        return snapshot, last_id
     raise RuntimeError(f"the topics of {keys.prefix} changed during {_SNAPSHOT_ATTEMPTS} reads")
+
+
+# redis-py's cluster client before 8.0 runs a MULTI's commands without their reply callbacks:
+# HGETALL comes back as a flat [field, value, ...] list and ZRANGE WITHSCORES as a flat [member,
+# score, ...] list of bytes, not the dict and (member, float) pairs a plain client gives. Both
+# shapes are read here, so the snapshot is the same whatever the client.
+def _as_mapping(reply: Any) -> dict[Any, Any]:
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2], strict=True))
+
+
+def _as_scored(reply: Any) -> list[tuple[Any, float]]:
+    if not reply or isinstance(reply[0], list | tuple):
+        return [(member, float(score)) for member, score in reply]
+    return [(member, float(score)) for member, score in zip(reply[::2], reply[1::2], strict=True)]
 
 
 def _snapshot(

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -29,6 +30,16 @@ RedisClient = redis.Redis | RedisCluster
 
 SENTINEL_SCHEMES = ("redis+sentinel", "sentinel")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+# The oldest redis-py whose cluster client redelay runs on. Found by running the cluster tests on
+# each release: before 6.1 the cluster client refuses the MULTI a snapshot is read in; from 6.1
+# to 7.1 a cluster client shared by threads fails calls while a slot migrates (the slot-migration
+# flow test confirmed 9 to 74 of 500 adds; the rest raised AttributeError inside redis-py's
+# reply parser); 7.2.0 raised AttributeError in its new command-metrics code when a node was
+# killed, which stopped the master-kill flow test's workers. 7.2.1 passed every cluster test.
+# The plain client works from 5.3 (pyproject, which also leaves out 7.2.0 for that release's
+# Unix socket bug).
+CLUSTER_MIN_REDIS_PY = (7, 2, 1)
 
 
 def connect(source: str | RedisClient, **options: Any) -> RedisClient:
@@ -46,18 +57,53 @@ def connect(source: str | RedisClient, **options: Any) -> RedisClient:
     client = redis.Redis.from_url(source, **options)
     if scheme in ("redis", "rediss") and _cluster_enabled(client):
         client.close()
-        return RedisCluster.from_url(source, **options)
+        check_cluster_support()
+        cluster = RedisCluster.from_url(source, **options)
+        try:
+            check_client(cluster)
+        except ConfigError:
+            cluster.close()
+            raise
+        return cluster
     check_client(client)
     return client
+
+
+def check_source(source: object) -> None:
+    """Refuses, before any I/O, a client or a cluster URL that :func:`connect` would refuse."""
+    if isinstance(source, redis.Redis | RedisCluster):
+        check_client(source)
+    elif isinstance(source, str) and source.split("://", 1)[0].lower() in CLUSTER_SCHEMES:
+        cluster_settings(source, {})  # a bad URL is named first: it is wrong on any redis-py
+        check_cluster_support()
 
 
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def check_cluster_support(version: str = redis.__version__) -> None:
+    """Refuses a Redis Cluster on a redis-py older than :data:`CLUSTER_MIN_REDIS_PY`."""
+    if _release(version) < CLUSTER_MIN_REDIS_PY:
+        needed = ".".join(map(str, CLUSTER_MIN_REDIS_PY))
+        raise ConfigError(
+            f"a Redis Cluster needs redis-py {needed} or newer; this is redis-py {version} "
+            f"(pip install 'redis>={needed}'). One server and Sentinel work from 5.3."
+        )
+
+
+def _release(version: str) -> tuple[int, int, int]:
+    """(7, 2, 1) from "7.2.1", "7.2.1rc1" or "7.2.1.post1"; (7, 2, 0) from "7.2"."""
+    numbers = [0, 0, 0]
+    for place, part in enumerate(version.split(".")[:3]):
+        numbers[place] = int("".join(itertools.takewhile(str.isdigit, part)) or 0)
+    return numbers[0], numbers[1], numbers[2]
+
+
 def check_client(client: RedisClient) -> None:
     """redelay reads replies as bytes (job bodies are not always text)."""
     if isinstance(client, RedisCluster):
+        check_cluster_support()
         decoding = bool(client.get_encoder().decode_responses)  # type: ignore[no-untyped-call]
     else:
         decoding = bool(client.get_connection_kwargs().get("decode_responses"))
@@ -172,6 +218,7 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
 
 def _cluster(url: str, options: dict[str, Any]) -> RedisCluster:
     hosts, kwargs = cluster_settings(url, options)
+    check_cluster_support()
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
     client = RedisCluster(startup_nodes=nodes, **kwargs)
     try:

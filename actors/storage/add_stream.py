@@ -33,10 +33,9 @@ from actors.errors import (
     NotReplicatedError,
     PartialAddError,
     RedelayError,
-    RedisFullError,
 )
 from actors.storage.calls import ScriptCall
-from actors.storage.scripts import refused_for_memory
+from actors.storage.scripts import raise_if_full
 from actors.values import NewJob
 
 if TYPE_CHECKING:
@@ -78,8 +77,7 @@ class StreamBook:
         for reply in replies:
             if isinstance(reply, redis.ResponseError):
                 # The add script's first write is refused, so a refused add wrote nothing.
-                if refused_for_memory(reply):
-                    raise RedisFullError("add", str(reply)) from reply
+                raise_if_full("add", reply)
                 raise reply
         by_shard = dict(zip(sent.groups, replies, strict=True))
         try:

@@ -27,7 +27,7 @@ from actors import _constants as c
 from actors import _validation as validation
 from actors._validation import IfExists
 from actors.clock import SYNC_SAMPLES, SystemClock, TimeSample, best_offset
-from actors.errors import ConfigError, JobExistsError, PartialAddError, RedisFullError
+from actors.errors import ConfigError, JobExistsError, PartialAddError
 from actors.lifecycle import State
 from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls
@@ -49,7 +49,7 @@ from actors.storage.namespace_config import (
 )
 from actors.storage.plan import KEEP_ROUNDS, ShardPlan
 from actors.storage.script_batch import WaitFor
-from actors.storage.scripts import refused_for_memory
+from actors.storage.scripts import raise_if_full
 from actors.values import (
     AuditEntry,
     AuditRetention,
@@ -155,8 +155,7 @@ class AsyncStore(ShardPlan):
             replies, acked = await self._batch.run(list(shard_calls.values()), wait)
         except ResponseError as exc:
             # As Store.add_many: the add script's first write is refused, so nothing was written.
-            if refused_for_memory(exc):
-                raise RedisFullError("add", str(exc)) from exc
+            raise_if_full("add", exc)
             raise
         if wait is not None and acked is None:
             acked = wait.replicas

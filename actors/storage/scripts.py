@@ -33,6 +33,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from actors import _constants
+from actors.errors import RedisFullError
 from actors.storage.held_connections import HeldConnections, holdable
 
 _INCLUDE_RE = re.compile(r"^-- @include (\S+)[ \t]*$", re.MULTILINE)
@@ -63,6 +64,13 @@ def refused_for_memory(exc: BaseException) -> bool:
     """Whether Redis refused a command or script because it is over ``maxmemory``: redis-py's
     OutOfMemoryError on Redis 7, a ResponseError quoting the script's -OOM reply on 6.2."""
     return isinstance(exc, redis.ResponseError) and "used memory > 'maxmemory'" in str(exc)
+
+
+def raise_if_full(what: str, exc: BaseException) -> None:
+    """Raises RedisFullError for ``what`` from ``exc`` when Redis refused it for memory; the
+    caller re-raises ``exc`` itself otherwise."""
+    if refused_for_memory(exc):
+        raise RedisFullError(what, str(exc)) from exc
 
 
 def lua_dir() -> Path:

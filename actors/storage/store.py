@@ -47,7 +47,6 @@ from actors.errors import (
     ErrorCode,
     JobExistsError,
     PartialAddError,
-    RedisFullError,
 )
 from actors.lifecycle import State
 from actors.producing import build_job
@@ -66,7 +65,7 @@ from actors.storage.namespace_config import (
 )
 from actors.storage.plan import KEEP_ROUNDS, ShardPlan
 from actors.storage.script_batch import ScriptBatch, WaitFor
-from actors.storage.scripts import refused_for_memory
+from actors.storage.scripts import raise_if_full
 from actors.storage.sent import AckAndLeaseResult, SentAckAndLease
 from actors.storage.sent import parse as parse_ack_and_lease
 from actors.values import (
@@ -213,10 +212,7 @@ class Store(ShardPlan):
             try:
                 self.client.hset(keys.topics, topic, blob)
             except redis.ResponseError as exc:
-                if refused_for_memory(exc):
-                    raise RedisFullError(
-                        f"storing the defaults of topic {topic!r}", str(exc)
-                    ) from exc
+                raise_if_full(f"storing the defaults of topic {topic!r}", exc)
                 raise
 
     @_cluster_errors
@@ -308,8 +304,7 @@ class Store(ShardPlan):
                 replies = dict(zip(shard_calls, sent, strict=True))
         except redis.ResponseError as exc:
             # The add script's first write is refused, so a refused add wrote nothing.
-            if refused_for_memory(exc):
-                raise RedisFullError("add", str(exc)) from exc
+            raise_if_full("add", exc)
             raise
         return self._add_results(jobs, groups, replies, replace=replace, acked=acked)
 

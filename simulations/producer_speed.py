@@ -65,9 +65,35 @@ class Round:
     redis_cpu_us_per_job: float
 
 
+@dataclass(frozen=True)
+class Producer:
+    """What one mode times: the call, on which queue, and how many jobs or tasks at once."""
+
+    call: str  # "add", "add_many" or "add_stream"
+    is_async: bool = False
+    batch: int = 1  # jobs per call or batch (1 for add)
+    tasks: int = 1  # concurrent tasks (async add), else 1
+
+    @property
+    def mode(self) -> str:
+        """The mode's name in the output: "add_stream, 200 per batch" and so on."""
+        if self.call == "add":
+            return (
+                f"async add, one loop, {self.tasks} tasks"
+                if self.is_async
+                else "sync add, one thread"
+            )
+        unit = "call" if self.call == "add_many" else "batch"
+        return f"{'async ' if self.is_async else ''}{self.call}, {self.batch} per {unit}"
+
+
 @dataclass
 class Result:
     mode: str
+    # The mode's parts, so a report need not parse its name.
+    call: str
+    is_async: bool
+    batch: int
     jobs: int
     concurrency: int
     rounds: list[Round]
@@ -212,14 +238,13 @@ def measure(
     modes: Sequence[str] = MODES,
     batches: Sequence[int] = (100, 1_000),
 ) -> list[Result]:
-    runs: list[tuple[str, int, Callable[[str, CpuMeter], Round]]] = []
+    runs: list[tuple[Producer, Callable[[str, CpuMeter], Round]]] = []
     if "sync" in modes:
-        runs.append(("sync add, one thread", 1, lambda ns, m: sync_round(url, ns, jobs, m)))
+        runs.append((Producer("add"), lambda ns, m: sync_round(url, ns, jobs, m)))
     if "async" in modes:
         runs.append(
             (
-                f"async add, one loop, {concurrency} tasks",
-                concurrency,
+                Producer("add", is_async=True, tasks=concurrency),
                 lambda ns, m: asyncio.run(async_round(url, ns, jobs, concurrency, m)),
             )
         )
@@ -227,8 +252,7 @@ def measure(
         for size in batches:
             runs.append(
                 (
-                    f"add_many, {size} per call",
-                    1,
+                    Producer("add_many", batch=size),
                     lambda ns, m, size=size: many_round(url, ns, jobs, size, m),  # type: ignore[misc]
                 )
             )
@@ -236,8 +260,7 @@ def measure(
         for size in batches:
             runs.append(
                 (
-                    f"add_stream, {size} per batch",
-                    1,
+                    Producer("add_stream", batch=size),
                     lambda ns, m, size=size: stream_round(url, ns, jobs, size, m),  # type: ignore[misc]
                 )
             )
@@ -245,8 +268,7 @@ def measure(
         for size in batches:
             runs.append(
                 (
-                    f"async add_stream, {size} per batch",
-                    1,
+                    Producer("add_stream", is_async=True, batch=size),
                     lambda ns, m, size=size: asyncio.run(  # type: ignore[misc]
                         async_stream_round(url, ns, jobs, size, m)
                     ),
@@ -256,20 +278,23 @@ def measure(
     meter = CpuMeter(url)
     try:
         for r in range(rounds):  # alternated, so a burst of load on the machine hits every mode
-            for n, (name, _, run) in enumerate(runs):
+            for n, (producer, run) in enumerate(runs):
                 found = run(f"speed-{n}-{r}", meter)
                 measured[n].append(found)
-                print(f"round {r + 1}: {name:<32} {_shown(found)}", file=sys.stderr)
+                print(f"round {r + 1}: {producer.mode:<32} {_shown(found)}", file=sys.stderr)
     finally:
         meter.close()
     results = []
-    for (name, tasks, _), found_rounds in zip(runs, measured, strict=True):
+    for (producer, _), found_rounds in zip(runs, measured, strict=True):
         best = max(found_rounds, key=lambda found: found.jobs_per_s)
         results.append(
             Result(
-                name,
+                producer.mode,
+                producer.call,
+                producer.is_async,
+                producer.batch,
                 jobs,
-                tasks,
+                producer.tasks,
                 found_rounds,
                 best.jobs_per_s,
                 best.client_cpu_us_per_job,

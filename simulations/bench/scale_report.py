@@ -9,7 +9,6 @@ any run. A run without the section (skipped, failed, or a JSON from before it wa
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
@@ -351,28 +350,17 @@ def _quotient(more: dict[str, Any], fewer: dict[str, Any]) -> float | None:
     return float(more["delivered_jobs_per_s"]) / base if base else None
 
 
-# producer_speed's mode names, as the page names the calls they time.
-_PRODUCER_LABELS = (
-    (re.compile(r"sync add, one thread"), "`DelayQueue.add` in a loop, one thread"),
-    (
-        re.compile(r"async add, one loop, (\d+) tasks"),
-        "`AsyncDelayQueue.add` from one event loop, {} concurrent tasks",
-    ),
-    (re.compile(r"add_many, (\d+) per call"), "`DelayQueue.add_many`, {} jobs per call"),
-    (re.compile(r"add_stream, (\d+) per batch"), "`DelayQueue.add_stream`, {} jobs per batch"),
-    (
-        re.compile(r"async add_stream, (\d+) per batch"),
-        "`AsyncDelayQueue.add_stream`, {} jobs per batch",
-    ),
-)
-
-
-def _producer_label(mode: str) -> str:
-    for pattern, label in _PRODUCER_LABELS:
-        match = pattern.fullmatch(mode)
-        if match:
-            return label.format(*(f"{int(g):,}" for g in match.groups()))
-    return mode
+def _producer_label(row: dict[str, Any]) -> str:
+    """A producer_speed result as the page names the call it timed."""
+    queue = "AsyncDelayQueue" if row["is_async"] else "DelayQueue"
+    if row["call"] == "add":
+        if row["is_async"]:
+            return (
+                f"`{queue}.add` from one event loop, {int(row['concurrency']):,} concurrent tasks"
+            )
+        return f"`{queue}.add` in a loop, one thread"
+    unit = "call" if row["call"] == "add_many" else "batch"
+    return f"`{queue}.{row['call']}`, {int(row['batch']):,} jobs per {unit}"
 
 
 def producers_section(result: dict[str, Any]) -> str:
@@ -398,7 +386,7 @@ def producers_section(result: dict[str, Any]) -> str:
         rates = ", ".join(num(r["jobs_per_s"]) for r in row["rounds"])
         rows.append(
             [
-                _producer_label(str(row["mode"])),
+                _producer_label(row),
                 f"{num(row['best_jobs_per_s'])} (rounds: {rates})",
                 f"{num(row['client_cpu_us_per_job'], 1)} µs",
                 f"{num(row['redis_cpu_us_per_job'], 1)} µs",
@@ -412,9 +400,8 @@ def _stream_findings(found: Sequence[dict[str, Any]]) -> str:
     """add_stream against add_many at each batch size both ran."""
     rates: dict[tuple[str, int], float] = {}
     for row in found:
-        match = re.fullmatch(r"(add_many|add_stream), (\d+) per (?:call|batch)", str(row["mode"]))
-        if match:
-            rates[(match[1], int(match[2]))] = float(row["best_jobs_per_s"])
+        if not row["is_async"] and row["call"] in ("add_many", "add_stream"):
+            rates[(str(row["call"]), int(row["batch"]))] = float(row["best_jobs_per_s"])
     lines = [
         f"- **{size:,} jobs per batch:** `add_stream` {num(rates[('add_stream', size)])} "
         f"jobs/s, `add_many` {num(rates[('add_many', size)])} jobs/s "
@@ -433,5 +420,5 @@ def stream_enqueue(result: dict[str, Any]) -> str:
     return (
         f"`add_stream`, which sends the next batch before it reads the last reply so the two "
         f"overlap, added {num(stream['best_jobs_per_s'])} jobs/s "
-        f"({_producer_label(str(stream['mode']))}; [the producers](#the-producers))."
+        f"({_producer_label(stream)}; [the producers](#the-producers))."
     )

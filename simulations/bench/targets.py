@@ -134,15 +134,15 @@ def single_add(records: Sequence[dict[str, Any]]) -> Verdict:
 
 
 BATCHED_ADD_FLOOR = 150_000
-STREAM_MODE_PREFIX = "add_stream"  # producer_speed's name for its add_stream modes
 
 
 def best_stream(producers: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The fastest add_stream mode of the producers section (the best of its rounds), if any."""
+    """The fastest DelayQueue.add_stream mode of the producers section (the best of its
+    rounds), if any."""
     found = [
         result
         for result in (producers or {}).get("results") or []
-        if str(result.get("mode", "")).startswith(STREAM_MODE_PREFIX)
+        if result.get("call") == "add_stream" and not result.get("is_async")
     ]
     return max(found, key=lambda result: float(result["best_jobs_per_s"])) if found else None
 

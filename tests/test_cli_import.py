@@ -97,6 +97,7 @@ def test_a_bad_line_is_named_and_the_batches_before_it_stay(
     ("line", "named"),
     [
         ("not json", "line 2: is not valid JSON"),
+        ('{"topic": "t", "id": "x", "body": {"n": NaN}}', "line 2: body.n: is NaN or Infinity"),
         ('["a list"]', "line 2: must be a JSON object"),
         ('{"topic": "t"}', "line 2: needs a topic and an id"),
         ('{"topic": "t", "id": "x", "when": 5}', "line 2: unknown fields ['when']"),

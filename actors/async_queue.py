@@ -33,7 +33,7 @@ from actors.producing import AuditEvent
 from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.async_store import AsyncStore, ServerClock, open_async_store
 from actors.storage.async_topology import AsyncClient, check_source, connect
-from actors.tracing import Tracing
+from actors.tracing import StreamSpans, Tracing
 from actors.values import AuditRetention, Durability, JobInfo, JobPage, NewJob, TopicConfig
 
 
@@ -184,15 +184,17 @@ class AsyncDelayQueue:
         size = validation.count(batch_size, "batch_size", c.BATCH_MAX_JOBS)
         mode = validation.if_exists(if_exists, False)
         store = await self.store()
-        tracing = self._tracing
+        # Traced as DelayQueue.add_stream is: each span ends once Redis answered for its batch.
+        spans = StreamSpans(self._tracing) if self._tracing.tracer is not None else None
 
         def batches() -> Iterator[Sequence[NewJob]]:
             for built in producing.new_job_batches(jobs, size, store.clock.now_ms):
-                # Traced: each job's producer span ends once its batch is sent.
-                with tracing.sending(built) as traced:
-                    yield traced
+                yield built if spans is None else spans.traced(built)
 
-        return await store.add_stream(batches(), if_exists=mode)
+        if spans is None:
+            return await store.add_stream(batches(), if_exists=mode)
+        with spans.ending():
+            return await store.add_stream(batches(), if_exists=mode, on_added=spans.added)
 
     # -- recurring schedules (docs/schedules.md) ---------------------------------------------
 

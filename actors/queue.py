@@ -42,7 +42,7 @@ from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
 from actors.schedules import Misfire, ScheduleInfo
 from actors.storage.store import Store, open_store
 from actors.storage.topology import RedisClient, check_source, connect
-from actors.tracing import Tracing
+from actors.tracing import StreamSpans, Tracing
 from actors.values import (
     AuditRetention,
     Durability,
@@ -284,15 +284,20 @@ class DelayQueue:
         mode = validation.if_exists(if_exists, False)
         noted: list[NewJob] = []  # replace: the jobs, to note those that were re-armed
 
+        # Traced: each job's producer span ends once Redis has answered for its batch.
+        spans = StreamSpans(self._tracing) if self._tracing.tracer is not None else None
+
         def batches() -> Iterator[Sequence[NewJob]]:
             for built in producing.new_job_batches(jobs, size, self.clock.now_ms):
                 if mode == "replace":
                     noted.extend(built)
-                # Traced: each job's producer span ends once its batch is sent.
-                with self._tracing.sending(built) as traced:
-                    yield traced
+                yield built if spans is None else spans.traced(built)
 
-        states = self.store.add_stream(batches(), if_exists=mode)
+        if spans is None:
+            states = self.store.add_stream(batches(), if_exists=mode)
+        else:
+            with spans.ending():
+                states = self.store.add_stream(batches(), if_exists=mode, on_added=spans.added)
         self._note_rearms(noted, states, mode)
         return states
 

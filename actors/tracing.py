@@ -8,11 +8,13 @@ imported and nothing is paid but that test.
 ``add`` and ``add_many`` (of ``DelayQueue`` and ``AsyncDelayQueue`` alike, through
 :meth:`Tracing.sending`) start one ``send {topic}`` span per job (a batch gets one span per job,
 not one for the batch, so every job's consumer span links to its own producer span) and store
-that span's W3C ``traceparent`` in the job's record. Each attempt's handler then runs inside a
-``process {topic}`` span whose parent is that producer context, linked to it as well, as the
-messaging semantic conventions recommend for a consumer. The pool ends the consumer span once
-the attempt's outcome is stored: ``ack``, ``retry``, ``dead``, ``cancelled``, ``timeout``,
-``lost`` (the lease was lost before the result came) or ``released`` (handed back at stop).
+that span's W3C ``traceparent`` in the job's record. ``add_stream`` does the same per job, and
+ends each span once Redis has answered for its batch (:class:`StreamSpans`). Each attempt's
+handler then runs inside a ``process {topic}`` span whose parent is that producer context,
+linked to it as well, as the messaging semantic conventions recommend for a consumer. The pool
+ends the consumer span once the attempt's outcome is stored: ``ack``, ``retry``, ``dead``,
+``cancelled``, ``timeout``, ``lost`` (the lease was lost before the result came) or
+``released`` (handed back at stop).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
 
-from actors.errors import ConfigError
+from actors.errors import AddStreamError, ConfigError
 from actors.job import Retry
 from actors.values import Lease, NewJob
 
@@ -83,32 +85,37 @@ class Tracing:
         A context manager rather than a wrapper of a function, so the one code path serves the
         blocking facade (``DelayQueue``) and the awaited one (``AsyncDelayQueue``) alike: the
         block may ``await`` inside it."""
+        traced, spans = self.start_sending(jobs)
+        if not spans:
+            yield traced
+            return
+        try:
+            yield traced
+        except BaseException as exc:  # a cancelled task too: its jobs may not have been added
+            for span in spans:
+                end_failed(span, exc)
+            raise
+        for span in spans:
+            span.end()
+
+    def start_sending(self, jobs: Sequence[NewJob]) -> tuple[Sequence[NewJob], list[Span]]:
+        """``jobs``, each carrying its producer span's traceparent, and those spans, started and
+        left for the caller to end; no spans when nothing is traced."""
         tracer = self.tracer
         if tracer is None or not jobs:
-            yield jobs
-            return
+            return jobs, []
         first = self._send_span(tracer, jobs[0])
         if first is INVALID_SPAN:
             # A no-op tracer (the API without an SDK): its spans are this one shared invalid span,
             # whose end does nothing and whose context is not stored, so the rest of the batch
             # need not make theirs.
-            yield jobs
-            return
+            return jobs, []
         spans = [first, *(self._send_span(tracer, job) for job in jobs[1:])]
         traced = [
             job if (parent := self._traceparent(span)) is None else replace(job, traceparent=parent)
             for job, span in zip(jobs, spans, strict=True)
         ]
-        try:
-            yield traced
-        except BaseException as exc:  # a cancelled task too: its jobs may not have been added
-            for span in spans:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                span.end()
-            raise
-        for span in spans:
-            span.end()
+        return traced, spans
 
     @staticmethod
     def _send_span(tracer: Tracer, job: NewJob) -> Span:
@@ -201,3 +208,64 @@ def finish(span: Span | None, outcome: str, error: BaseException | None = None) 
         reason = f"{type(error).__name__}: {error}" if raised else outcome
         span.set_status(Status(StatusCode.ERROR, reason))
     span.end()
+
+
+def end_failed(span: Span, exc: BaseException) -> None:
+    """Ends a span whose work ``exc`` stopped: the exception recorded, the status ERROR."""
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    span.end()
+
+
+class StreamSpans:
+    """The producer spans of one ``add_stream``, each ended when Redis has answered for its
+    job's batch, not when the batch was sent: a batch refused later (an existing job, a full
+    Redis) ends its spans with the error, as ``add_many``'s would.
+
+    Jobs are numbered in stream order, as the store's results are: ``traced`` numbers each
+    batch as the stream takes it, ``added`` ends a batch the store reports added, and
+    ``stopped`` ends the rest, those the stream's results show as not added with its error."""
+
+    def __init__(self, tracing: Tracing) -> None:
+        self._tracing = tracing
+        self._open: dict[int, Span] = {}
+        self._taken = 0
+
+    def traced(self, jobs: Sequence[NewJob]) -> Sequence[NewJob]:
+        traced, spans = self._tracing.start_sending(jobs)
+        for n, span in enumerate(spans):
+            self._open[self._taken + n] = span
+        self._taken += len(jobs)
+        return traced
+
+    def added(self, first: int, count: int) -> None:
+        for position in range(first, first + count):
+            span = self._open.pop(position, None)
+            if span is not None:
+                span.end()
+
+    @contextmanager
+    def ending(self) -> Iterator[None]:
+        """Around the stream: when it raises, every span still open is ended by ``stopped``
+        (with an AddStreamError, its cause and results: the jobs' own error, as add_many's)."""
+        try:
+            yield
+            # Every batch was reported added; a span left open would be a bookkeeping slip,
+            # and its job was added, so it ends as such rather than leaking.
+            self.added(0, self._taken)
+        except AddStreamError as exc:
+            self.stopped(exc.cause, exc.results)
+            raise
+        except BaseException as exc:  # a cancelled task, an interrupt: nothing known
+            self.stopped(exc)
+            raise
+
+    def stopped(self, exc: BaseException, results: Sequence[str | None] = ()) -> None:
+        """Ends every span still open: ``exc`` on those whose job ``results`` (the stream's
+        so far) do not show as added."""
+        for position, span in sorted(self._open.items()):
+            if position < len(results) and results[position] is not None:
+                span.end()
+            else:
+                end_failed(span, exc)
+        self._open.clear()

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from actors import AsyncDelayQueue, DelayQueue, Job, Retry
-from actors.errors import JobExistsError
+from actors.errors import AddStreamError, JobExistsError
 from actors.server.embedded import RedisProcess
 from actors.storage import codec
 from actors.storage.keys import member
@@ -232,6 +232,45 @@ def test_add_stream_makes_one_producer_span_per_job_and_stores_each_context(
         assert stored_traceparent(queue.store.client, "bulk", job_id) == traceparent_of(span)
 
 
+def _stream_with_an_existing_job(add_stream: Any) -> AddStreamError:
+    """Six jobs in batches of two, s3 already stored: the first batch is added, the second
+    refused whole (s3 exists), and the stream stops there."""
+    with pytest.raises(AddStreamError) as stopped:
+        add_stream(({"topic": "bulk", "id": f"s{n}", "delay": 60} for n in range(6)), batch_size=2)
+    return stopped.value
+
+
+def _assert_spans_end_with_their_batches(
+    exporter: InMemorySpanExporter, stopped: AddStreamError
+) -> None:
+    """Each span ends as Redis answered for its job: an added job's without error, a job of
+    the refused batch with the JobExistsError that stopped the stream, which a span ended when
+    its batch was sent could not know. (The third batch, sent before the second's reply was
+    read, was added: its jobs are "new" in the results.)"""
+    sent = {attr(s, "messaging.message.id"): s for s in spans(exporter, "send bulk")}
+    assert stopped.results == ["new", "new", None, None, "new", "new"]
+    assert sorted(sent) == [f"s{n}" for n in range(6)]
+    for n, result in enumerate(stopped.results):
+        span = sent[f"s{n}"]
+        if result is not None:
+            assert span.status.status_code is StatusCode.UNSET
+            assert span.events == ()
+        else:
+            assert span.status.status_code is StatusCode.ERROR
+            assert span.status.description is not None
+            assert span.status.description.startswith("JobExistsError")
+            assert [e.name for e in span.events] == ["exception"]
+
+
+def test_add_stream_ends_each_span_when_redis_answered_for_its_batch(
+    queue: DelayQueue, exporter: InMemorySpanExporter
+) -> None:
+    queue.add("bulk", "s3", delay=60)
+    exporter.clear()
+    stopped = _stream_with_an_existing_job(queue.add_stream)
+    _assert_spans_end_with_their_batches(exporter, stopped)
+
+
 def test_a_refused_add_is_an_error_on_its_producer_span(
     queue: DelayQueue, exporter: InMemorySpanExporter
 ) -> None:
@@ -432,3 +471,20 @@ def test_without_opentelemetry_a_worker_works_and_never_imports_it(
     assert "loaded: []" in result.stdout
     for made in ("DelayQueue", "AsyncDelayQueue"):
         assert f"refused: {made} tracer_provider needs opentelemetry-api" in result.stdout
+
+
+def test_async_add_stream_ends_each_span_when_redis_answered_for_its_batch(
+    redis_server: RedisProcess, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    async def scenario() -> AddStreamError:
+        async with AsyncDelayQueue(redis_server.url, NS, tracer_provider=provider) as queue:
+            await queue.add("bulk", "s3", delay=60)
+            exporter.clear()
+            with pytest.raises(AddStreamError) as stopped:
+                await queue.add_stream(
+                    ({"topic": "bulk", "id": f"s{n}", "delay": 60} for n in range(6)),
+                    batch_size=2,
+                )
+            return stopped.value
+
+    _assert_spans_end_with_their_batches(exporter, asyncio.run(scenario()))

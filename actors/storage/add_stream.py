@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 # What stops a stream: refusals and bad jobs (RedelayError) and Redis's own errors.
 STOPS = (RedelayError, redis.RedisError)
 
+# Told of each batch Redis added: the stream position of its first job, and how many it held.
+OnAdded = Callable[[int, int], None]
+
 
 class _InFlight(NamedTuple):
     first: int  # the index in the stream of the batch's first job
@@ -56,11 +59,12 @@ class StreamBook:
     """What a stream of add batches did so far, with no I/O: the sync driver below and
     AsyncStore.add_stream send the calls ``calls`` makes of each batch and hand the replies,
     oldest batch first, to ``answered``; a batch add_many ran goes to ``added`` (or, refused,
-    to ``refused``)."""
+    to ``refused``). ``on_added`` hears of each batch once its jobs are added."""
 
-    def __init__(self, plan: ShardPlan, mode: IfExists) -> None:
+    def __init__(self, plan: ShardPlan, mode: IfExists, on_added: OnAdded | None = None) -> None:
         self.plan = plan
         self.replace = mode == "replace"
+        self.on_added = on_added
         self.results: list[str | None] = []  # per job taken: its result, None until known
         self.in_flight: deque[_InFlight] = deque()
 
@@ -88,10 +92,15 @@ class StreamBook:
             self.added_in_part(sent.first, sent.jobs, exc.added)
             raise
         self.results[sent.first : sent.first + len(states)] = states
+        if self.on_added is not None:
+            self.on_added(sent.first, len(states))
 
     def added(self, states: Sequence[str]) -> None:
         """A batch added by add_many (batch by batch: keep, durable, a cluster)."""
+        first = len(self.results)
         self.results.extend(states)
+        if self.on_added is not None:
+            self.on_added(first, len(states))
 
     def refused(self, jobs: Sequence[NewJob], exc: BaseException) -> None:
         """A batch add_many refused (or could not send): none of its jobs counts as added,
@@ -119,9 +128,14 @@ class StreamBook:
         return [str(result) for result in self.results]
 
 
-def add_stream(store: Store, batches: Iterable[Sequence[NewJob]], mode: IfExists) -> list[str]:
+def add_stream(
+    store: Store,
+    batches: Iterable[Sequence[NewJob]],
+    mode: IfExists,
+    on_added: OnAdded | None = None,
+) -> list[str]:
     """Per job what ``add_many`` returns for it, in stream order; raises AddStreamError."""
-    book = StreamBook(store, mode)
+    book = StreamBook(store, mode, on_added)
     batches = split_at_repeats(batches)
     stream = None if mode == "keep" or store.durability is not None else store._batch.stream()
     try:

@@ -32,7 +32,7 @@ from actors.lifecycle import State
 from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls
 from actors.storage import schedules as schedule_calls
-from actors.storage.add_stream import STOPS, StreamBook, split_at_repeats
+from actors.storage.add_stream import STOPS, OnAdded, StreamBook, split_at_repeats
 from actors.storage.async_batch import AsyncScriptBatch
 from actors.storage.async_topology import AsyncClient, is_cluster
 from actors.storage.calls import CancelOutcome, ScriptCall
@@ -163,13 +163,17 @@ class AsyncStore(ShardPlan):
         return self._add_results(jobs, groups, by_shard, replace=replace, acked=acked)
 
     async def add_stream(
-        self, batches: Iterable[Sequence[NewJob]], *, if_exists: IfExists | None = None
+        self,
+        batches: Iterable[Sequence[NewJob]],
+        *,
+        if_exists: IfExists | None = None,
+        on_added: OnAdded | None = None,
     ) -> list[str]:
         """As :meth:`Store.add_stream`: each batch sent before the last one's reply is read, on
         one held connection, so building the next batch (the iterable may build it as it is
         asked) overlaps Redis adding the last. The bookkeeping is the sync one's (StreamBook)."""
         mode = validation.if_exists(if_exists, False)
-        book = StreamBook(self, mode)
+        book = StreamBook(self, mode, on_added)
         stream = None
         if mode != "keep" and self.durability is None:
             stream = await self._batch.stream()

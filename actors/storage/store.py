@@ -54,7 +54,7 @@ from actors.schedules import ScheduleInfo, ScheduleSpec
 from actors.storage import calls, gates, heartbeats, reads
 from actors.storage import codec as _record
 from actors.storage import schedules as schedule_calls
-from actors.storage.add_stream import add_stream
+from actors.storage.add_stream import OnAdded, add_stream
 from actors.storage.calls import CallTime, CancelOutcome, ScriptCall, decoded
 from actors.storage.keys import ShardKeys, member, schedule_shard
 from actors.storage.namespace_config import (
@@ -313,7 +313,11 @@ class Store(ShardPlan):
 
     @_cluster_errors
     def add_stream(
-        self, batches: Iterable[Sequence[NewJob]], *, if_exists: IfExists | None = None
+        self,
+        batches: Iterable[Sequence[NewJob]],
+        *,
+        if_exists: IfExists | None = None,
+        on_added: OnAdded | None = None,
     ) -> list[str]:
         """Adds batches of jobs (each at most BATCH_MAX_JOBS, each all or nothing as one
         add_many call; one that names a job twice is cut before the second, which is added
@@ -321,8 +325,9 @@ class Store(ShardPlan):
         caller's work on the next batch (an iterator may build it as it is asked) overlaps
         Redis's on the last. Per job what add_many returns, in order; raises AddStreamError
         with the results so far at the first batch that fails (actors/storage/add_stream.py).
+        ``on_added(first, count)`` hears of each batch once Redis added it.
         """
-        return add_stream(self, batches, validation.if_exists(if_exists, False))
+        return add_stream(self, batches, validation.if_exists(if_exists, False), on_added)
 
     def _add_keeping(self, jobs: Sequence[NewJob]) -> list[str]:
         """add_many with ``if_exists="keep"``: adds the jobs that do not exist and leaves the

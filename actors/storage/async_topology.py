@@ -20,6 +20,7 @@ from actors.storage.topology import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
     check_cluster_support,
+    check_cluster_url,
     cluster_settings,
     sentinel_settings,
 )
@@ -37,9 +38,7 @@ def check_source(source: object) -> None:
     if isinstance(source, aredis.Redis | aredis.RedisCluster):
         check_client(source)
     elif isinstance(source, str):
-        if source.split("://", 1)[0].lower() in CLUSTER_SCHEMES:
-            cluster_settings(source, {})  # a bad URL is named first: it is wrong on any redis-py
-            check_cluster_support()
+        check_cluster_url(source)
     else:
         raise ConfigError(f"expected a Redis URL or client, got {type(source).__name__}")
 

@@ -73,8 +73,15 @@ def check_source(source: object) -> None:
     """Refuses, before any I/O, a client or a cluster URL that :func:`connect` would refuse."""
     if isinstance(source, redis.Redis | RedisCluster):
         check_client(source)
-    elif isinstance(source, str) and source.split("://", 1)[0].lower() in CLUSTER_SCHEMES:
-        cluster_settings(source, {})  # a bad URL is named first: it is wrong on any redis-py
+    elif isinstance(source, str):
+        check_cluster_url(source)
+
+
+def check_cluster_url(url: str) -> None:
+    """Refuses a bad ``redis+cluster://`` URL, then any such URL on too old a redis-py (the
+    sync and the async producer alike); other URLs are left to :func:`connect`."""
+    if url.split("://", 1)[0].lower() in CLUSTER_SCHEMES:
+        cluster_settings(url, {})  # a bad URL is named first: it is wrong on any redis-py
         check_cluster_support()
 
 

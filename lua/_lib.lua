@@ -93,9 +93,8 @@ local function buffer_history_index()
   index_pending, index_pending_n = {}, 0
 end
 
-local function index_entry(member, id, event, entry_id)
-  if id == '' then return end  -- a topic's own event (pause, resume) names no job
-  if END_EVENTS[event] then ends_in_call = ends_in_call + 1 end
+-- Appends one entry id to the member's field of the index (buffered when asked).
+local function index_id(member, entry_id)
   if index_pending then
     index_pending[index_pending_n + 1], index_pending[index_pending_n + 2] = member, entry_id
     index_pending_n = index_pending_n + 2
@@ -103,6 +102,12 @@ local function index_entry(member, id, event, entry_id)
   end
   local ids = rcall('HGET', history_key, member)
   rcall('HSET', history_key, member, ids and (ids .. ' ' .. entry_id) or entry_id)
+end
+
+local function index_entry(member, id, event, entry_id)
+  if id == '' then return end  -- a topic's own event (pause, resume) names no job
+  if END_EVENTS[event] then ends_in_call = ends_in_call + 1 end
+  index_id(member, entry_id)
 end
 
 -- Writes the buffered entries: each member's new ids, oldest first, after the ids it had.
@@ -197,10 +202,11 @@ local function attempt_text(attempt)
   return text
 end
 
--- Appends one audit event, and its id to the job's index; `fields` is a flat list of name,
--- value pairs after e/t/i/a/ms, its first `count` values (default: #fields) are written, so a
--- caller may reuse one table for every event.
-local function audit(stream, event, member, attempt, fields, count)
+-- Appends one audit event, and its id to the job's index unless `unindexed` (the add script
+-- keeps an `added` id in the record instead: record_with_entry); returns the entry's id.
+-- `fields` is a flat list of name, value pairs after e/t/i/a/ms, its first `count` values
+-- (default: #fields) are written, so a caller may reuse one table for every event.
+local function audit(stream, event, member, attempt, fields, count, unindexed)
   local topic, id = split_member(member)
   local a, n = xadd_args, 1
   a[1] = stream
@@ -219,7 +225,7 @@ local function audit(stream, event, member, attempt, fields, count)
   end
   local entry_id = rcall('XADD', unpack(a, 1, n))
   last_stream, last_entry_id = stream, entry_id
-  index_entry(member, id, event, entry_id)
+  if not unindexed then index_entry(member, id, event, entry_id) end
   -- MINID is measured back from the id just written, once per script call (the threshold barely
   -- moves within one call); ids are the server's milliseconds, now_ms is only the caller's.
   if trim_kind == 'MINID' and not minid_trimmed then
@@ -228,6 +234,7 @@ local function audit(stream, event, member, attempt, fields, count)
     local oldest_ms = math.max(0, newest_ms - tonumber(trim_arg))
     rcall('XTRIM', stream, 'MINID', '~', string.format('%d-0', oldest_ms))
   end
+  return entry_id
 end
 
 -- Runs `command key value...` over a long list in slices: Lua's unpack() refuses more than about
@@ -264,6 +271,40 @@ end
 
 local function save_record(jobs_key, member, record)
   rcall('HSET', jobs_key, member, cmsgpack.pack(record))
+end
+
+-- A job the add script created keeps the id of its `added` entry in its record (field `h`), not
+-- in the history index: while it is pending it has no index field, about 100 bytes of Redis
+-- memory saved per pending job (docs/benchmarks.md). When the record goes (an end, a replace),
+-- keep_added_entry moves the id to the index, so an ended job's history is found as before;
+-- history-4.lua reads the record's id and the index's. Lua's cmsgpack and the Python codec keep
+-- and ignore the field as they do any other; save_record writes it back with the rest.
+local RECORD_ENTRY_KEY = '\161h'  -- msgpack's fixstr "h"
+
+-- The record blob with an `h` pair for `entry_id` appended, without unpacking it: the blob's
+-- first byte counts its pairs (a msgpack fixmap). nil when it is not a fixmap with room for one
+-- more pair or the id is too long for a fixstr; the add script indexes such a job's id instead.
+local function record_with_entry(blob, entry_id)
+  local header = string.byte(blob, 1)
+  if not header or header < 0x80 or header >= 0x8f or #entry_id > 31 then return nil end
+  return string.char(header + 1) .. string.sub(blob, 2) .. RECORD_ENTRY_KEY
+    .. string.char(0xa0 + #entry_id) .. entry_id
+end
+
+-- Whether a stored record is the one an add sent: the same bytes, or those bytes with the pair
+-- record_with_entry appended (then the call is a resend of an add whose reply was lost).
+local function same_record(stored, sent)
+  if stored == sent then return true end
+  local n = #sent
+  return #stored > n + 2 and string.byte(stored, 1) == string.byte(sent, 1) + 1
+    and string.sub(stored, 2, n) == string.sub(sent, 2)
+    and string.sub(stored, n + 1, n + 2) == RECORD_ENTRY_KEY
+end
+
+-- Before a job's record is deleted or replaced: the id its record kept goes to the index.
+local function keep_added_entry(member, record)
+  local entry_id = record and record['h']
+  if entry_id then index_id(member, entry_id) end
 end
 
 -- The topic's stored defaults (retry schedule `r`, lease `l`), written when the topic is first used

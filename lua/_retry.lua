@@ -16,6 +16,7 @@ local function end_failed_attempt(k, member, record, event, reason, override_ms,
   rcall('HDEL', k.tokens, member)
   count(k.counts, member, 'leased', -1)
   if record['x'] then
+    keep_added_entry(member, record)
     rcall('HDEL', k.jobs, member)
     audit(k.audit, 'cancelled', member, attempt, {'why', reason, 'from', 'leased'})
     return 'cancelled'

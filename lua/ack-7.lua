@@ -54,6 +54,7 @@ for j = 1, n do
     ended[#ended + 1] = member
     local topic = split_member(member)
     leased_by_topic[topic] = (leased_by_topic[topic] or 0) - 1
+    keep_added_entry(member, record)
     audit(k.audit, 'acked', member, attempts_failed(record) + 1, fields, used)
   end
   result[j] = code

@@ -7,6 +7,8 @@
 -- ARGV[5] wake channel   ARGV[6] n
 -- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
 -- Returns: {0} on success, or {-2, member...} listing members that already exist (nothing written).
+-- Each record is stored with the id of its `added` entry appended (field h, see _lib.lua); the
+-- history index gets no field for the job until its record goes.
 -- A call whose every job already exists with the very record it sends returns {0} and writes
 -- nothing: it is a resend of a call that ran (its reply was lost, and redis-py or the caller sent
 -- it again), because a record holds its created ms as well as its body and due time.
@@ -34,7 +36,7 @@ for first = 0, n - 1, 1000 do
   for m = 1, #members do
     if found[m] then
       existing[#existing + 1] = members[m]
-      if found[m] == ARGV[7 + (first + m - 1) * 4 + 2] then resent = resent + 1 end
+      if same_record(found[m], ARGV[7 + (first + m - 1) * 4 + 2]) then resent = resent + 1 end
     end
   end
 end
@@ -55,8 +57,6 @@ for j = 0, n - 1 do
     ready_by_topic[topic] = {}
     rcall('HSETNX', k.topics, topic, ARGV[base + 3])
   end
-  records[#records + 1] = member
-  records[#records + 1] = ARGV[base + 2]
   local state
   if due_ms <= now_ms then
     state = 'ready'
@@ -69,8 +69,17 @@ for j = 0, n - 1 do
     if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
   end
   counts[topic][state] = counts[topic][state] + 1
-  -- The due time as sent (ARGV), so Redis need not turn a Lua number back into text.
-  audit(k.audit, 'added', member, 1, {'due', ARGV[base + 1], 'to', state})
+  -- The due time as sent (ARGV), so Redis need not turn a Lua number back into text. The entry's
+  -- id goes into the record, not the index (record_with_entry in _lib.lua).
+  local entry_id = audit(k.audit, 'added', member, 1, {'due', ARGV[base + 1], 'to', state}, nil,
+                         true)
+  local record = record_with_entry(ARGV[base + 2], entry_id)
+  if not record then
+    record = ARGV[base + 2]
+    index_id(member, entry_id)
+  end
+  records[#records + 1] = member
+  records[#records + 1] = record
 end
 
 -- Slices of 1000 values keep unpack() under Lua's limit and pairs (field value, score member)

@@ -27,6 +27,7 @@ if job_state(k, member) == 'leased' then
   return 2
 end
 local was = unlink(k, member)
+keep_added_entry(member, record)
 rcall('HDEL', k.jobs, member)
 audit(k.audit, 'cancelled', member, attempt, {'from', was})
 rotate_history_index()

@@ -15,6 +15,7 @@ for j = 1, n do
   local member = ARGV[5 + j]
   if rcall('ZREM', k.dead, member) == 1 then
     local record = load_record(k.jobs, member)
+    keep_added_entry(member, record)
     rcall('HDEL', k.jobs, member)
     count(k.counts, member, 'dead', -1)
     audit(k.audit, 'purged', member, attempts_failed(record), {})

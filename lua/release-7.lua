@@ -25,6 +25,7 @@ for j = 0, n - 1 do
     rcall('HDEL', k.tokens, member)
     count(k.counts, member, 'leased', -1)
     if record['x'] then
+      keep_added_entry(member, record)
       rcall('HDEL', k.jobs, member)
       audit(k.audit, 'cancelled', member, attempt, {'why', 'released', 'from', 'leased'})
       code = 1

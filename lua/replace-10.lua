@@ -30,10 +30,11 @@ for j = 0, n - 1 do
   local topic = split_member(member)
   rcall('HSETNX', k.topics, topic, ARGV[base + 3])
   local stored = rcall('HGET', k.jobs, member)
-  if stored == record then
+  if stored and same_record(stored, record) then
     result[#result + 1] = job_state(k, member, stored)
   else
     local was = unlink(k, member, stored)
+    if stored then keep_added_entry(member, cmsgpack.unpack(stored)) end
     rcall('HSET', k.jobs, member, record)
     local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
     if was then

@@ -8,8 +8,9 @@ with N delayed jobs (~100-byte bodies, due 1 to 24 hours ahead, 1,000 per ``add_
 ``--deliver-jobs`` jobs due now are added (1,000 per ``add_many``) and delivered. For each of the
 two phases it prints jobs/s, Redis CPU per job (INFO cpu) and the commands inside the scripts
 that cost most per job (INFO commandstats, reset before each phase), so the part that grows with
-N has a name: the add writes each job into the job pool and the index of N fields the fill left,
-the delivery reads and deletes it there.
+N has a name: the add writes each job into the job pool of N fields, the delivery reads and
+deletes it there. (Before a pending job's `added` id was kept in its record, the add also wrote a
+field into an index of N fields.)
 
 Then it drops the index generation the delivery left behind the way the scripts do (the stream
 trimmed past the current generation's start, one more ack), and prints what that drop cost: the

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import redis
 from _wait import wait_until
@@ -308,8 +309,15 @@ def test_history_since_skips_older_events(cli: Cli) -> None:
 def test_history_reads_the_index_and_scan_reads_the_stream(cli: Cli, store: Store) -> None:
     cli("add", "t", "1")
     indexed = cli.json("history", "t", "1")
-    # Events an older redelay wrote are in the stream only: --scan still finds them.
+    # Events an older redelay wrote are in the stream only: --scan still finds them. (Such a
+    # redelay kept no index and no `added` id in the record, field h.)
     store.client.delete(*store.keys.history_keys)
+    member = "t|1"
+    blob = store.client.hget(store.keys.jobs, member)
+    assert isinstance(blob, bytes)
+    record = msgpack.unpackb(blob, raw=False)
+    del record["h"]
+    store.client.hset(store.keys.jobs, member, msgpack.packb(record, use_bin_type=False))
     assert cli("history", "t", "1").returncode == 1
     assert "--scan" in cli("history", "t", "1").stderr
     assert cli.json("history", "t", "1", "--scan") == indexed

@@ -19,6 +19,7 @@ from conftest import redis_binaries
 from actors.clock import FakeClock
 from actors.replay import history as scanned_history
 from actors.server.embedded import RedisProcess
+from actors.storage import codec
 from actors.storage.calls import decoded
 from actors.storage.store import Store
 from actors.values import AuditRetention, TopicConfig
@@ -51,6 +52,19 @@ def indexed_ids(store: Store, topic: str, job_id: str) -> list[str]:
         raw = store.client.hget(key, f"{topic}|{job_id}")
         found += [] if raw is None else decoded(raw).split()
     return found
+
+
+def kept_id(store: Store, topic: str, job_id: str) -> str | None:
+    """The id of its `added` entry a stored job's record keeps (field h, lua/_lib.lua): the
+    add script writes it there, not to the index, until the record goes."""
+    blob = store.client.hget(store.keys.jobs, f"{topic}|{job_id}")
+    assert blob is None or isinstance(blob, bytes)
+    kept = None if blob is None else codec.unpack(blob).get("h")
+    return None if kept is None else str(kept)
+
+
+def in_stream_order(ids: list[str]) -> list[str]:
+    return sorted(ids, key=lambda entry_id: tuple(map(int, entry_id.split("-"))))
 
 
 def indexed_jobs(client: redis.Redis, store: Store) -> int:
@@ -86,13 +100,17 @@ def run_to_ack(store: Store, topic: str, job_id: str) -> None:
     assert store.ack(topic, job_id, lease.token) == 0
 
 
-def test_history_of_a_delayed_job_comes_from_the_index(store: Store, fake_clock: FakeClock) -> None:
+def test_history_of_a_delayed_job_comes_from_its_record(
+    store: Store, fake_clock: FakeClock
+) -> None:
     store.add(store.new_job("t", "later", {"n": 1}, delay_ms=60_000))
     store.add(store.new_job("t", "other", {"n": 2}, delay_ms=60_000))
     entries = store.job_entries("t", "later")
     assert [f["e"] for _, f in entries] == ["added"]
     assert entries == scanned(store, "t", "later")
-    assert indexed_ids(store, "t", "later") == [entries[0][0]]
+    # A pending job holds no field in the index: its record keeps the id (lua/_lib.lua).
+    assert kept_id(store, "t", "later") == entries[0][0]
+    assert indexed_ids(store, "t", "later") == []
 
 
 def test_history_of_acked_dead_and_cancelled_jobs_matches_a_full_scan(
@@ -138,7 +156,10 @@ def test_entries_one_call_writes_for_one_job_are_indexed_oldest_first(store: Sto
     entries = store.job_entries("t", "twice")
     assert [f["e"] for _, f in entries] == ["added", "leased", "acked", "rejected"]
     assert entries == scanned(store, "t", "twice")
-    assert indexed_ids(store, "t", "twice") == [entry_id for entry_id, _ in entries]
+    # The `added` id the record kept joined the index with the ack, after the `leased` one: the
+    # index holds each id once, and history-4.lua puts them in the stream's order.
+    assert kept_id(store, "t", "twice") is None
+    assert in_stream_order(indexed_ids(store, "t", "twice")) == [e for e, _ in entries]
 
 
 def test_the_index_of_an_ended_job_goes_once_the_stream_trimmed_its_entries(
@@ -152,9 +173,9 @@ def test_the_index_of_an_ended_job_goes_once_the_stream_trimmed_its_entries(
     assert scanned(store, "t", "old") == [] and indexed_ids(store, "t", "old") != []
     run_to_ack(store, "t", "trigger")  # a script that ends a job drops the trimmed generation
     assert indexed_ids(store, "t", "old") == []
-    # A live job whose entries were all trimmed reads as having none, and its field goes with
-    # its generation, once the stream has trimmed past the generation's end.
-    assert store.job_entries("t", "waiting") == [] and indexed_ids(store, "t", "waiting") != []
+    # A live job whose entries were all trimmed reads as having none; its record keeps its
+    # `added` id (a few bytes of its own record) and it holds no field in any generation.
+    assert store.job_entries("t", "waiting") == [] and kept_id(store, "t", "waiting") is not None
     next_server_ms(store.client)
     run_to_ack(store, "t", "later")
     trim_before(store, "t", "later")  # past the end of the generation "waiting" is in
@@ -166,9 +187,11 @@ def test_the_index_of_an_ended_job_goes_once_the_stream_trimmed_its_entries(
 
 
 def test_one_ending_call_forgets_every_trimmed_history_at_once(store: Store) -> None:
-    # 2,000 pending jobs whose `added` entries the stream trimmed: one ack drops all their fields
-    # (a field-by-field sweep would take hundreds of ending calls), and keeps the acked job's.
-    store.add_many([store.new_job("t", f"p{n}", {"n": n}, delay_ms=60_000) for n in range(2_000)])
+    # 2,000 leased jobs whose entries the stream trimmed: one ack drops all their fields (a
+    # field-by-field sweep would take hundreds of ending calls), and keeps the acked job's.
+    # (Leased: a job only added holds no field; its record keeps that id, lua/_lib.lua.)
+    store.add_many([store.new_job("t", f"p{n}", {"n": n}) for n in range(2_000)])
+    assert len(store.lease("t", 2_000)) == 2_000
     run_to_ack(store, "t", "first")  # the first ending call starts a generation
     next_server_ms(store.client)
     run_to_ack(store, "t", "kept")
@@ -182,14 +205,19 @@ def test_one_ending_call_forgets_every_trimmed_history_at_once(store: Store) -> 
 
 
 def test_a_history_that_spans_two_generations_reads_oldest_first(store: Store) -> None:
-    store.add(store.new_job("t", "long", {"n": 1}, delay_ms=60_000))
-    run_to_ack(store, "t", "first")  # starts a generation: `added` of "long" is in the previous
-    store.cancel("t", "long")  # its `cancelled` goes to the current one
+    store.add(store.new_job("t", "long", {"n": 1}))
+    (lease,) = store.lease("t", 1)
+    run_to_ack(store, "t", "first")  # starts a generation: `leased` of "long" is in the previous
+    # The ack moves the `added` id its record kept to the current generation, with `acked`:
+    # the oldest id is then in the newer generation, and the reader must sort.
+    assert store.ack("t", "long", lease.token) == 0
     entries = store.job_entries("t", "long")
-    assert [f["e"] for _, f in entries] == ["added", "cancelled"]
+    assert [f["e"] for _, f in entries] == ["added", "leased", "acked"]
     assert entries == scanned(store, "t", "long")
+    previous = store.client.hget(store.keys.history_previous, "t|long")
+    assert previous is not None and decoded(previous).split() == [entries[1][0]]
     current = store.client.hget(store.keys.history, "t|long")
-    assert current is not None and decoded(current).split() == [entries[1][0]]
+    assert current is not None and decoded(current).split() == [entries[0][0], entries[2][0]]
 
 
 def test_the_start_of_a_generation_reads_as_the_old_sweep_between_passes(store: Store) -> None:
@@ -202,23 +230,25 @@ def test_the_start_of_a_generation_reads_as_the_old_sweep_between_passes(store: 
 
 
 def test_a_lost_start_never_drops_the_previous_generation_early(store: Store) -> None:
-    store.add(store.new_job("t", "kept", {"n": 1}, delay_ms=60_000))
+    store.add(store.new_job("t", "kept", {"n": 1}))
+    assert len(store.lease("t", 1)) == 1  # a field in the index (`added` is in its record)
     run_to_ack(store, "t", "first")  # "kept" is in the previous generation, still in the stream
     store.client.hdel(store.keys.history, "")
     run_to_ack(store, "t", "second")
     assert store.client.hget(store.keys.history_previous, "t|kept") is not None
-    assert [f["e"] for _, f in store.job_entries("t", "kept")] == ["added"]
+    assert [f["e"] for _, f in store.job_entries("t", "kept")] == ["added", "leased"]
     assert store.client.hexists(store.keys.history, "")
 
 
 def test_an_index_swept_field_by_field_becomes_the_previous_generation(store: Store) -> None:
     # An index a redelay before the generations wrote: "" held the sweep's "<cursor> <ms>".
-    store.add(store.new_job("t", "before", {"n": 1}, delay_ms=60_000))
+    store.add(store.new_job("t", "before", {"n": 1}))
+    assert len(store.lease("t", 1)) == 1  # a field in the index (`added` is in its record)
     store.client.hset(store.keys.history, "", "0 1")
     next_server_ms(store.client)
     run_to_ack(store, "t", "after")
     assert store.client.hget(store.keys.history_previous, "t|before") is not None
-    assert [f["e"] for _, f in store.job_entries("t", "before")] == ["added"]
+    assert [f["e"] for _, f in store.job_entries("t", "before")] == ["added", "leased"]
     next_server_ms(store.client)
     run_to_ack(store, "t", "later")
     trim_before(store, "t", "later")
@@ -237,8 +267,8 @@ def test_a_job_added_again_keeps_its_index_while_its_new_life_is_in_the_stream(
     store.client.xtrim(store.keys.audit, minid=new_life, approximate=False)
     next_server_ms(store.client)
     run_to_ack(store, "t", "trigger")
-    # The old life's ids went with their generation; the new life's stay.
-    assert indexed_ids(store, "t", "phoenix") == [new_life]
+    # The old life's ids went with their generation; the new life's stays, in its record.
+    assert indexed_ids(store, "t", "phoenix") == [] and kept_id(store, "t", "phoenix") == new_life
     assert [f["e"] for _, f in store.job_entries("t", "phoenix")] == ["added"]
 
 

@@ -56,12 +56,19 @@ from actors.lifecycle import TOPIC_EVENTS
 from actors.model import Model, State
 from actors.replay import Replay, compare, fold
 from actors.server.embedded import RedisProcess, server_version
+from actors.storage import codec
 from actors.storage.calls import decoded as _s
 from actors.storage.keys import split_member
 from actors.storage.store import Store
 from actors.values import Lease, TopicConfig
 
 Key = tuple[str, str]
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
+
 
 # Short schedules and leases so a few steps reach retries, expiries and dead jobs.
 TOPIC_CONFIGS = {
@@ -529,20 +536,28 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_history_index_names_every_entry_of_each_job(self) -> None:
-        """The per-job index holds, for every job, exactly the ids a scan of the stream finds
-        (nothing is trimmed here, so no generation is dropped), so history through the index is
-        the stream's history."""
+        """The per-job index, with the `added` id each stored record keeps (field h), holds for
+        every job exactly the ids a scan of the stream finds, each once (nothing is trimmed
+        here, so no generation is dropped), so history through the index is the stream's
+        history. The history script sorts the ids into the stream's order, as done here: a
+        record's id reaches the index when the record goes, after the job's later ids."""
         scanned: dict[str, list[str]] = {}
         for entry_id, fields in self.store.iter_audit():
             if fields["i"]:  # topic events (pause, resume) name no job
                 scanned.setdefault(f"{fields['t']}|{fields['i']}", []).append(entry_id)
         indexed: dict[str, list[str]] = {}
-        # Both generations, the previous one's ids first; the field "" holds when one began.
+        # Both generations; the field "" holds when one began.
         for key in self.store.keys.history_keys:
             for member, ids in self.client.hgetall(key).items():
                 if member != b"":
                     indexed.setdefault(_s(member), []).extend(_s(ids).split())
-        assert indexed == scanned
+        for member, blob in self.client.hgetall(self.store.keys.jobs).items():
+            assert isinstance(blob, bytes)
+            kept = codec.unpack(blob).get("h")
+            if kept is not None:
+                indexed.setdefault(_s(member), []).append(str(kept))
+        in_order = {member: sorted(ids, key=_entry_order) for member, ids in indexed.items()}
+        assert in_order == scanned
 
     # -- the end: drain, then at-least-once -----------------------------------------------
 

@@ -205,9 +205,12 @@ def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
 
 
 def history(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
-    """One job's audit entries, read through the shard's per-job index (lua/history-3.lua)."""
+    """One job's audit entries, read through the shard's per-job index and, for a stored job,
+    the id of its ``added`` entry its record keeps (lua/history-4.lua)."""
     return ScriptCall(
-        "history", [keys.history, keys.audit, keys.history_previous], [*at.common(keys), job]
+        "history",
+        [keys.history, keys.audit, keys.history_previous, keys.jobs],
+        [*at.common(keys), job],
     )
 
 

@@ -6,7 +6,9 @@ Fields (single letters keep ~40 bytes per pending job off Redis memory):
 ``c`` callback URL (optional), ``x`` 1 once a cancel was requested while leased, ``t`` the
 traceback of the last failed attempt (only when it had one; written by Lua), ``p`` the W3C
 traceparent of the add's producer span (only when traced: actors/tracing.py), ``s`` the name of
-the schedule whose occurrence the job is (written by Lua, lua/_arm.lua).
+the schedule whose occurrence the job is (written by Lua, lua/_arm.lua), ``h`` the id of the
+job's ``added`` audit entry (appended by lua/add-6.lua; the history index gets it when the
+record goes, lua/_lib.lua).
 Lua edits the same map with its built-in cmsgpack.
 """
 

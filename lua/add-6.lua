@@ -64,7 +64,8 @@ for j = 0, n - 1 do
     list[#list + 1] = member
   else
     state = 'delayed'
-    delayed[#delayed + 1] = due_ms
+    -- The due time as sent: a Lua number would be formatted back to text (%.17g) per job.
+    delayed[#delayed + 1] = ARGV[base + 1]
     delayed[#delayed + 1] = member
     if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
   end

@@ -1,0 +1,50 @@
+"""simulations/script_instructions.py counts Redis's instructions per job under callgrind: the
+same scripts count the same twice, and scripts that do more count more in every phase."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from actors.server.embedded import find_redis_server
+from actors.storage.scripts import lua_dir
+from simulations import script_instructions
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+    reason="valgrind (Debian's valgrind package) is not installed",
+)
+
+SIZES = {"jobs": 300, "add_batch": 100, "batch": 50}
+
+
+def _count(lua: Path, label: str) -> script_instructions.Count:
+    return script_instructions.count(lua, label, redis_server=find_redis_server(), **SIZES)
+
+
+def _with_every_entry_written_twice(into: Path) -> Path:
+    """A copy of lua/ whose audit() appends each entry twice (only this test loads it)."""
+    shutil.copytree(lua_dir(), into)
+    lib = into / "_lib.lua"
+    text = lib.read_text()
+    once = "  local entry_id = rcall('XADD', unpack(a, 1, n))\n"
+    assert text.count(once) == 1
+    lib.write_text(text.replace(once, "  rcall('XADD', unpack(a, 1, n))\n" + once))
+    return into
+
+
+def test_counts_repeat_and_grow_with_the_work_the_scripts_do(tmp_path: Path) -> None:
+    first = _count(lua_dir(), "this checkout")
+    again = _count(lua_dir(), "again")
+    doubled = _count(_with_every_entry_written_twice(tmp_path / "lua"), "twice")
+    assert set(first.per_job) == set(script_instructions.PHASES)
+    for phase in script_instructions.PHASES:
+        assert first.per_job[phase] > 1_000
+        # Instructions, not time: the same work counts the same to within about a percent.
+        assert again.per_job[phase] == pytest.approx(first.per_job[phase], rel=0.02)
+        # Every phase writes an audit entry per job, so a second XADD shows in each.
+        assert doubled.per_job[phase] > first.per_job[phase] * 1.05
+    text = script_instructions.report([first, doubled], 100, 50)
+    assert "this checkout" in text and "twice" in text and "+" in text.splitlines()[-1]

@@ -223,7 +223,7 @@ local function audit(stream, event, member, attempt, fields, count, unindexed)
   last_stream, last_entry_id = stream, entry_id
   if not unindexed then index_entry(member, id, event, entry_id) end
   -- Retention trims once per script call, after its first entry, not with every XADD: MAXLEN on
-  -- each would cost three more arguments and a trim check per entry (4.6% of Redis's
+  -- each would cost three more arguments and a trim check per entry (4.5% of Redis's
   -- instructions per job: simulations/script_instructions.py). The call's later entries wait
   -- for the next call's trim, which `~` (whole nodes only) never made exact anyway. MINID is
   -- measured back from the id just written; ids are the server's milliseconds, now_ms is only

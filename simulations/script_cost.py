@@ -64,7 +64,7 @@ def _redis_cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def _use_scripts(store: Store, directory: Path) -> None:
+def use_scripts(store: Store, directory: Path) -> None:
     """Makes the store run the scripts of ``directory`` (same names, same keys)."""
     runner = store._batch.runner
     runner._scripts = {
@@ -111,7 +111,7 @@ def measure(
                 {"topic": "t", "id": str(k)} for k in range(start, min(start + 1_000, jobs))
             )
         stores[label] = queue.store
-        _use_scripts(queue.store, directory)
+        use_scripts(queue.store, directory)
 
     def lease_and_ack(store: Store) -> int:
         leases = store.lease("t", batch, "cost")
@@ -140,7 +140,7 @@ def measure_carry(
         for start in range(0, jobs, 1_000):
             ids = range(start, min(start + 1_000, jobs))
             store.add_many([store.new_job("t", str(k), delay_ms=60_000) for k in ids])
-        _use_scripts(store, directory)
+        use_scripts(store, directory)
         stores[label] = store
     clock.advance(60_000)
     try:

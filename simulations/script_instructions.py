@@ -36,9 +36,10 @@ import redis
 
 from actors.clock import FakeClock
 from actors.server.embedded import RedisProcess, find_redis_server
-from actors.storage.scripts import load_sources, lua_dir
+from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
 from actors.values import Lease
+from simulations.script_cost import use_scripts
 
 PHASES = ("add", "carry", "lease", "ack")
 _BODY = {"order": 1, "note": "x" * 80}  # about 100 bytes of JSON, as measure_memory's bodies
@@ -122,11 +123,7 @@ def count(lua: Path, label: str, jobs: int, add_batch: int, batch: int, redis_se
             clock = FakeClock(1_700_000_000_000)
             client = redis.Redis.from_url(server.url, socket_timeout=600)
             store = Store(client, "instructions", clock)
-            runner = store._batch.runner
-            runner._scripts = {  # this variant's scripts, under the same names and keys
-                name: (keys, client.register_script(source))
-                for name, (keys, source) in load_sources(lua).items()
-            }
+            use_scripts(store, lua)
             _warm_up(store, batch)
 
             def phase(work: Callable[[], int]) -> float:

@@ -17,6 +17,15 @@ on one event loop (the loop's own CPU included).
     python -m simulations.call_overhead                  # 10,000 calls, 5 rounds
     python -m simulations.call_overhead --calls 2000 --rounds 3 --json
     python -m simulations.call_overhead --asyncio
+    python -m simulations.call_overhead --cores apart      # as make bench pins them
+    python -m simulations.call_overhead --cores together   # Redis and this process on core 0
+
+The calls/s of "held connection, one call" is the round trip's floor: no producer that waits for
+each reply (``DelayQueue.add`` in a loop) can go faster on that machine. ``--cores`` says where
+the private server and this process run: ``apart`` (Redis on core 1, this process on core 0, as
+``make bench`` pins them), ``together`` (both on core 0) or ``any`` (where the kernel puts them,
+the default). On a virtual machine a wake-up sent to another core can cost more than the call
+itself, so the two can differ several times over (docs/benchmarks.md, the producers).
 """
 
 from __future__ import annotations
@@ -37,6 +46,11 @@ import redis.asyncio as aredis
 from actors.server.embedded import RedisProcess
 from actors.storage.async_held_connections import AsyncHeldConnections
 from actors.storage.held_connections import HeldConnections
+
+from .bench.server import CLIENT_CORE, REDIS_CORE, can_pin, pin_process
+
+# Where --cores puts (this process, the private redis-server); None: wherever the kernel does.
+CORES = {"apart": (CLIENT_CORE, REDIS_CORE), "together": (CLIENT_CORE, CLIENT_CORE), "any": None}
 
 # An add call's shape: 6 keys and 10 arguments (see actors/storage/calls.py).
 KEYS = [f"bench:{n}" for n in range(6)]
@@ -137,9 +151,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--asyncio", action="store_true", help="time the async producer's ways instead"
     )
+    parser.add_argument(
+        "--cores",
+        choices=list(CORES),
+        default="any",
+        help="the private server and this process: on cores apart, together, or any",
+    )
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")
+    cores = CORES[args.cores]
+    if cores is not None and (args.url or not can_pin()):
+        parser.error("--cores apart|together needs 2 cores or more and a private server (no --url)")
     load_before = os.getloadavg()[0]
     if args.url:
         best = measured(args.url, args)
@@ -148,20 +171,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             tempfile.TemporaryDirectory(prefix="redelay-calls-") as directory,
             RedisProcess(directory) as server,
         ):
-            best = measured(server.url, args)
+            if cores is None:
+                best = measured(server.url, args)
+            else:
+                assert server.process is not None
+                pin_process(server.process.pid, cores[1])
+                allowed = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {cores[0]})
+                try:
+                    best = measured(server.url, args)
+                finally:  # main() may run inside another program (a test): give its cores back
+                    os.sched_setaffinity(0, allowed)
     results = {
         name: {"client_cpu_us": cpu, "calls_per_s": rate} for name, (cpu, rate) in best.items()
     }
     load_after = os.getloadavg()[0]
     if args.json:
-        report = {"results": results, "load_before": load_before, "load_after": load_after}
+        report = {
+            "results": results,
+            "cores": args.cores,
+            "load_before": load_before,
+            "load_after": load_after,
+        }
         json.dump(report, sys.stdout)
         print()
         return 0
     print(f"{'way':38} {'client CPU per call':>20} {'calls/s':>10}")
     for name, row in results.items():
         print(f"{name:38} {row['client_cpu_us']:17.1f} µs {row['calls_per_s']:10,.0f}")
-    print(f"load average: {load_before:.2f} before, {load_after:.2f} after")
+    print(f"cores: {args.cores}; load average: {load_before:.2f} before, {load_after:.2f} after")
     return 0
 
 

@@ -17,6 +17,7 @@ from cluster import start_unchecked_cluster
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 
 from actors import AsyncDelayQueue, ConfigError, DelayQueue
+from actors.storage.store import _cluster_errors
 from actors.storage.topology import CLUSTER_MIN_REDIS_PY, _release, check_cluster_support
 from simulations.local_redis import HOST, LocalCluster
 
@@ -110,3 +111,41 @@ def test_every_way_to_name_a_cluster_is_refused_on_an_old_redis_py(
 
     asyncio.run(async_refusals())
     assert _keys_written(old_client_cluster) == 0
+
+
+# redis-py 7.2 (the oldest that runs a cluster) hides a refused connection during a failover:
+# recording the error's metric, it reads `.db` of the ClusterNode it hung on the error, and the
+# AttributeError is what reaches the caller (seen in make oldest's failover test). The Store
+# raises the connection error again, so its callers back off and retry as for any other.
+def _raising_as_redis_py_7_2_does(refused: redis.RedisError) -> None:
+    try:
+        raise refused
+    except redis.RedisError:
+        raise AttributeError("'ClusterNode' object has no attribute 'db'") from None
+
+
+def test_a_connection_error_redis_py_hid_behind_an_attribute_error_is_raised_again() -> None:
+    refused = redis.ConnectionError("Error 111 connecting to 127.0.0.1:7000. Connection refused.")
+    lease = _cluster_errors(_raising_as_redis_py_7_2_does)
+    with pytest.raises(redis.ConnectionError) as raised:
+        lease(refused)
+    assert raised.value is refused
+
+
+def test_any_other_attribute_error_goes_through_unchanged() -> None:
+    @_cluster_errors
+    def broken() -> None:
+        try:
+            raise redis.ConnectionError("refused")
+        except redis.ConnectionError:
+            raise AttributeError("'NoneType' object has no attribute 'feed'") from None
+
+    with pytest.raises(AttributeError, match="feed"):
+        broken()
+
+    @_cluster_errors
+    def unhandled() -> None:  # the same text, but not while handling a RedisError
+        raise AttributeError("'ClusterNode' object has no attribute 'db'")
+
+    with pytest.raises(AttributeError, match="'ClusterNode'"):
+        unhandled()

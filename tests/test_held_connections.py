@@ -164,6 +164,28 @@ def test_the_call_overhead_benchmark_times_every_way(
     assert all(row["client_cpu_us"] > 0 and row["calls_per_s"] > 0 for row in results.values())
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="--cores needs 2 cores")
+@pytest.mark.parametrize("cores", ["apart", "together"])
+def test_the_call_overhead_benchmark_pins_its_own_server_and_gives_the_cores_back(
+    cores: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    allowed = os.sched_getaffinity(0)
+    argv = ["--calls", "20", "--rounds", "1", "--json", "--cores", cores]
+    assert call_overhead.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["cores"] == cores
+    assert report["results"]["held connection, one call"]["calls_per_s"] > 0
+    assert os.sched_getaffinity(0) == allowed  # the test process runs where it ran before
+
+
+def test_the_call_overhead_benchmark_pins_only_a_server_it_started(
+    redis_server: RedisProcess,
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        call_overhead.main(["--calls", "1", "--url", redis_server.url, "--cores", "apart"])
+    assert refused.value.code == 2
+
+
 def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(redis_client: redis.Redis) -> None:
     held = HeldConnections(redis_client)
     stream = held.stream()

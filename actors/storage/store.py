@@ -97,7 +97,14 @@ class ClusterUnavailableError(redis.exceptions.ClusterError):
 
 
 def _cluster_errors(method: Callable[P, T]) -> Callable[P, T]:
-    """redis-py raises RedisClusterException (not a RedisError) when slots are uncovered."""
+    """redis-py raises RedisClusterException (not a RedisError) when slots are uncovered.
+
+    And redis-py 7.2 (fixed by 8.1), when a cluster node refuses the connection during a
+    failover, records a metric of the error by reading ``.db`` of the ClusterNode it put on it,
+    which has none: the AttributeError hides the ConnectionError it was handling (and the retry
+    redis-py would have made). That error is raised again, so callers back off and retry as for
+    any connection error; every other AttributeError goes through unchanged.
+    """
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -105,6 +112,11 @@ def _cluster_errors(method: Callable[P, T]) -> Callable[P, T]:
             return method(*args, **kwargs)
         except RedisClusterException as exc:
             raise ClusterUnavailableError(str(exc)) from exc
+        except AttributeError as exc:
+            masked = exc.__context__
+            if isinstance(masked, redis.RedisError) and "'ClusterNode'" in str(exc):
+                raise masked from None
+            raise
 
     return wrapper
 

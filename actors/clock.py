@@ -142,7 +142,7 @@ class SystemClock:
                 log.exception("timer callback failed")
 
 
-# TIME is asked this many times per sync; the sample with the shortest round trip is kept.
+# TIME is asked this many times per sync; the sample that bounds the offset tightest is kept.
 SYNC_SAMPLES = 3
 
 
@@ -157,14 +157,21 @@ class TimeSample:
 
 
 def best_offset(samples: list[TimeSample]) -> tuple[float, float]:
-    """(round trip ms, offset ms of the server's clock) of the least uncertain sample: the one
-    with the shortest round trip, assuming the server read its clock at the midpoint."""
+    """(round trip ms, offset ms of the server's clock) from the sample that bounds it tightest.
+
+    The server read its clock somewhere between ``before_s`` and ``after_s``, so the true offset
+    lies between its reading minus ``after_s`` and its reading minus ``before_s``. The lower end is
+    kept, not the midpoint: a clock that runs behind the server's can only carry a job late, never
+    before its due time, and the midpoint was ahead whenever the request waited longer than the
+    reply (a busy server, a descheduled client), which made jobs start early by up to half a round
+    trip. Every sample's lower end is a valid bound, so the largest is the tightest.
+    """
     best: tuple[float, float] | None = None
     for sample in samples:
         rtt_ms = (sample.after_s - sample.before_s) * 1000
         server_ms = sample.server_s * 1000 + sample.server_us / 1000
-        offset_ms = server_ms - (sample.before_s + sample.after_s) * 500
-        if best is None or rtt_ms < best[0]:
+        offset_ms = server_ms - sample.after_s * 1000
+        if best is None or offset_ms > best[1]:
             best = (rtt_ms, offset_ms)
     if best is None:
         raise ValueError("no TIME samples")
@@ -175,9 +182,10 @@ class RedisSyncedClock(SystemClock):
     """The system clock corrected to the Redis server's ``TIME``.
 
     Processes whose system clocks are skewed still agree on when a job is due. The offset is
-    measured at start and refreshed every ``refresh_ms``. What remains is half the round trip of
-    the measurement (the midpoint is assumed) plus the local clock's drift between refreshes:
-    well under a millisecond on loopback, a few ms across a data centre (see docs/lifecycle.md).
+    measured at start and refreshed every ``refresh_ms``. What remains is at most the round trip
+    of the measurement, always behind the server (see :func:`best_offset`), plus the local clock's
+    drift between refreshes: well under a millisecond on loopback, a few ms across a data centre
+    (see docs/lifecycle.md).
     """
 
     def __init__(self, client: redis.Redis, refresh_ms: int = 60_000) -> None:

@@ -12,10 +12,19 @@ from collections.abc import Callable
 import pytest
 import redis
 from _wait import WAIT_S
+from hypothesis import given
+from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
+from actors.clock import (
+    Clock,
+    FakeClock,
+    RedisSyncedClock,
+    SystemClock,
+    TimeSample,
+    best_offset,
+)
 from actors.server.embedded import RedisProcess
 
 
@@ -236,15 +245,53 @@ def server_ms(client: redis.Redis) -> float:
     return seconds * 1000 + micros / 1000
 
 
-def test_synced_clock_offset_is_within_half_a_round_trip_on_loopback(
+def time_sample(before_s: float, rtt_ms: float, read_at: float, offset_ms: float) -> TimeSample:
+    """A TIME reply from a server whose clock is ``offset_ms`` ahead, read ``read_at`` (0 to 1) of
+    the way through a round trip of ``rtt_ms`` that started at ``before_s``."""
+    read_us = round(((before_s * 1000 + rtt_ms * read_at) + offset_ms) * 1000)
+    return TimeSample(before_s, read_us // 1_000_000, read_us % 1_000_000, before_s + rtt_ms / 1000)
+
+
+# A bound on float and whole-microsecond rounding of the samples, in ms.
+ROUNDING_MS = 0.002
+
+
+@given(
+    offset_ms=st.floats(-10_000, 10_000),
+    trips=st.lists(st.tuples(st.floats(0.01, 50), st.floats(0, 1)), min_size=1, max_size=5),
+)
+def test_a_synced_offset_is_never_ahead_of_the_server(
+    offset_ms: float, trips: list[tuple[float, float]]
+) -> None:
+    # Wherever in its round trip the server read its clock, the kept offset is behind the true
+    # one (a job carried by it is late, never early), and by at most the shortest round trip.
+    samples = [
+        time_sample(1_700_000_000.0 + n, rtt_ms, read_at, offset_ms)
+        for n, (rtt_ms, read_at) in enumerate(trips)
+    ]
+    rtt_ms, measured_ms = best_offset(samples)
+    assert measured_ms <= offset_ms + ROUNDING_MS
+    assert measured_ms >= offset_ms - min(rtt for rtt, _ in trips) - ROUNDING_MS
+    assert rtt_ms in [pytest.approx(rtt, abs=ROUNDING_MS) for rtt, _ in trips]
+
+
+def test_a_reply_read_late_in_its_round_trip_does_not_put_the_clock_ahead() -> None:
+    # A request that waited 4 ms for a busy server, then came straight back: the midpoint would
+    # put this clock 2 ms ahead of the server's, and start jobs 2 ms early.
+    rtt_ms, measured_ms = best_offset([time_sample(1_700_000_000.0, 4.0, 1.0, 0.0)])
+    assert rtt_ms == pytest.approx(4.0, abs=ROUNDING_MS)
+    assert measured_ms == pytest.approx(0.0, abs=ROUNDING_MS)
+
+
+def test_synced_clock_offset_is_behind_by_at_most_a_round_trip_on_loopback(
     redis_client: redis.Redis,
 ) -> None:
     clock = RedisSyncedClock(redis_client)
     try:
-        # Same host, same clock: the true offset is 0, so what is measured is the error. The
-        # midpoint assumption is off by at most half the round trip; 1 ms covers rounding.
+        # Same host, same clock: the true offset is 0, so what is measured is the error, which
+        # is never ahead of the server and at most the kept sample's round trip behind it.
         assert clock.last_rtt_ms > 0
-        assert abs(clock.offset_ms) <= clock.last_rtt_ms / 2 + 1, (
+        assert -clock.last_rtt_ms - ROUNDING_MS <= clock.offset_ms <= ROUNDING_MS, (
             clock.offset_ms,
             clock.last_rtt_ms,
         )

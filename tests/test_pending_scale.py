@@ -37,7 +37,10 @@ def test_one_run_per_pending_size_with_memory_per_structure(result: dict[str, An
         total = memory["bytes_per_pending_job"]
         without_stream = memory["bytes_per_pending_job_without_stream"]
         without_index = memory["bytes_per_pending_job_without_stream_and_index"]
-        assert total > without_stream > without_index > 100  # a ~100-byte body at least
+        assert total > without_stream >= without_index > 100  # a ~100-byte body at least
+        # (>=: pending jobs hold no index field, so the index's share is a key of a field or two
+        # spread over every job, which rounded to 0.1 B a job can vanish; its size is checked
+        # below.)
         assert memory["bytes_per_pending_job_without_stream_and_index_exact"] > 0
         keys = {k["key"]: k for k in memory["keys"]}
         assert set(keys) == {"jobs", "delayed", "audit", "history", "history-previous"}
@@ -47,6 +50,10 @@ def test_one_run_per_pending_size_with_memory_per_structure(result: dict[str, An
         # A pending job's `added` id is in its record (field h), not in the index: the fill leaves
         # no index field per job, only the warm-up job's and a generation's start.
         assert keys["history"]["elements"] + keys["history-previous"]["elements"] <= 2
+        assert (
+            keys["history"]["memory_usage_bytes"] + keys["history-previous"]["memory_usage_bytes"]
+            < 1024
+        )
         written = [k for name, k in keys.items() if name != "history-previous"]
         assert all(k["memory_usage_bytes"] > 0 and k["samples"] == 0 for k in written)
         assert run["fill_jobs_per_s"] > 0

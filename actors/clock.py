@@ -26,15 +26,23 @@ Callback = Callable[[], None]
 class Timer:
     """A pending callback; cancel() makes sure it never runs (if it has not started)."""
 
-    __slots__ = ("at_ms", "callback", "cancelled")
+    __slots__ = ("at_ms", "callback", "cancelled", "fired")
 
     def __init__(self, at_ms: int, callback: Callback) -> None:
         self.at_ms = at_ms
         self.callback = callback
         self.cancelled = False
+        # Set by the clock when it takes the timer off its heap to run it, so whoever keeps
+        # timers (an actor cancels its own when it stops) can drop the ones already run.
+        self.fired = False
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    @property
+    def pending(self) -> bool:
+        """Neither run nor cancelled yet."""
+        return not (self.cancelled or self.fired)
 
 
 class Clock(Protocol):
@@ -70,10 +78,13 @@ class _TimerHeap:
         return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now_ms: int) -> Timer | None:
+        """The earliest timer due by ``now_ms``, off the heap and marked fired."""
         earliest = self.earliest_ms()
         if earliest is None or earliest > now_ms:
             return None
-        return heapq.heappop(self._heap)[2]
+        timer = heapq.heappop(self._heap)[2]
+        timer.fired = True
+        return timer
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -123,6 +123,32 @@ def test_system_clock_reads_wall_time_plus_its_offset() -> None:
     assert before + 60_000 - 1 <= shifted <= after + 60_000 + 1
 
 
+def test_a_timer_is_pending_until_it_runs_or_is_cancelled() -> None:
+    clock = FakeClock(start_ms=0)
+    ran: list[str] = []
+    runs, dropped = clock.call_at(10, lambda: ran.append("runs")), clock.call_at(10, ran.clear)
+    assert runs.pending and dropped.pending
+    dropped.cancel()
+    assert not dropped.pending and runs.pending
+    clock.advance(9)
+    assert runs.pending and ran == []
+    clock.advance(1)
+    assert ran == ["runs"] and not runs.pending and runs.fired and not runs.cancelled
+    assert not dropped.fired  # a cancelled timer is dropped, never run
+
+
+def test_a_system_clock_timer_is_no_longer_pending_once_it_ran() -> None:
+    clock = SystemClock()
+    ran = threading.Event()
+    try:
+        timer = clock.call_later(5, ran.set)
+        assert timer.pending
+        assert ran.wait(WAIT_S)
+        assert timer.fired and not timer.pending
+    finally:
+        clock.close()
+
+
 def test_system_clock_timers_fire_on_their_thread_in_order() -> None:
     clock = SystemClock()
     fired: list[str] = []

@@ -45,7 +45,10 @@ class RedelayActor(pykka.ThreadingActor):
     def tell_at(self, at_ms: int, message: Any) -> Timer:
         ref = self.actor_ref
         timer = self.clock.call_at(at_ms, lambda: _tell_if_alive(ref, message))
-        self._timers = [t for t in self._timers if not t.cancelled]
+        # Only the pending ones are kept: a timer that ran stays out of the list, or an actor
+        # that re-arms one each round (the pool's running check, ten a second while a handler
+        # runs) would keep every timer it ever set and scan them all at each new one.
+        self._timers = [t for t in self._timers if t.pending]
         self._timers.append(timer)
         return timer
 

@@ -559,7 +559,13 @@ class DelayQueue:
             return report
 
     def close(self) -> None:
-        """Closes connections, the clock and the embedded server (stop() calls this)."""
+        """Closes connections, the clock and the embedded server (stop() calls this). A started
+        queue is stopped first, with stop()'s default grace."""
+        if self._system is not None:
+            # Closing under running actors would leave them half alive: the clock's timers
+            # gone, the notifier subscribing again on a closed client, jobs held by handlers.
+            self.stop()
+            return
         if self._closed:
             return
         self._closed = True

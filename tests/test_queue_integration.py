@@ -17,6 +17,7 @@ import pytest
 import redis
 from _actor_support import stop_actors, wait_for  # noqa: F401
 from _processes import WorkerProcess, deliveries, produce
+from _wait import WAIT_S
 
 from actors import ConfigError, DelayQueue, Job
 from actors.server.embedded import RedisProcess
@@ -196,6 +197,27 @@ def test_a_producer_only_queue_refuses_to_start(redis_server: RedisProcess) -> N
         with pytest.raises(ConfigError, match="producer_only"):
             producer.start()
         assert producer.get("t", "j") is not None and not producer.running
+    finally:
+        producer.close()
+
+
+def test_closing_a_started_queue_stops_it_first(redis_server: RedisProcess) -> None:
+    """close() on a worker is its stop(): before, it closed the clock and the client under the
+    running actors, whose notifier then subscribed again on its own and whose heartbeat kept
+    the worker listed."""
+    worker = DelayQueue(redis_server.url, namespace=NAMESPACE)
+    handled = threading.Event()
+    worker.handler("closing")(lambda job: handled.set())
+    worker.start()
+    worker.add("closing", "j")
+    assert handled.wait(WAIT_S)
+    assert len(worker.workers()) == 1
+    worker.close()
+    assert not worker.running
+    producer = DelayQueue(redis_server.url, namespace=NAMESPACE, producer_only=True)
+    try:
+        assert producer.workers() == []  # its heartbeat went with the stop
+        assert producer.get("closing", "j") is None  # acked: the handler finished before the stop
     finally:
         producer.close()
 

@@ -21,23 +21,32 @@ import redis
 log = logging.getLogger(__name__)
 
 Callback = Callable[[], None]
+# A heap is rebuilt without its cancelled timers once they are over half of it and over this many
+# (below it a rebuild would cost more than the dead entries).
+_PURGE_MIN_CANCELLED = 100
 
 
 class Timer:
     """A pending callback; cancel() makes sure it never runs (if it has not started)."""
 
-    __slots__ = ("at_ms", "callback", "cancelled", "fired")
+    __slots__ = ("_on_cancel", "at_ms", "callback", "cancelled", "fired")
 
-    def __init__(self, at_ms: int, callback: Callback) -> None:
+    def __init__(
+        self, at_ms: int, callback: Callback, on_cancel: Callable[[], None] | None = None
+    ) -> None:
         self.at_ms = at_ms
         self.callback = callback
         self.cancelled = False
         # Set by the clock when it takes the timer off its heap to run it, so whoever keeps
         # timers (an actor cancels its own when it stops) can drop the ones already run.
         self.fired = False
+        self._on_cancel = on_cancel  # tells the clock's heap that it holds one more dead timer
 
     def cancel(self) -> None:
+        was_pending = self.pending
         self.cancelled = True
+        if was_pending and self._on_cancel is not None:
+            self._on_cancel()
 
     @property
     def pending(self) -> bool:
@@ -63,18 +72,42 @@ class Clock(Protocol):
 
 
 class _TimerHeap:
-    """Timers ordered by due time; ties run in the order they were set."""
+    """Timers ordered by due time; ties run in the order they were set.
+
+    A cancelled timer stays in the heap until it reaches the top, unless cancelled ones come to
+    outnumber the rest: then the heap is rebuilt without them. A listener re-arms its 5-second
+    backstop at every wait, so without the rebuild a worker at 1,000 waits a second held 5,000
+    dead timers (with their closures and messages) that the garbage collector's full passes
+    walked: 15-45 ms pauses on every thread, the steady lateness p99 (docs/benchmarks.md).
+    Callers hold the clock's lock around every method but ``note_cancelled``, which any thread
+    calls and which only moves a hint.
+    """
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, Timer]] = []
         self._order = itertools.count()
+        self._cancelled_hint = 0  # cancelled timers in the heap, about (counted without a lock)
+
+    def timer(self, at_ms: int, callback: Callback) -> Timer:
+        """A timer that tells this heap when it is cancelled (push it next)."""
+        return Timer(at_ms, callback, self.note_cancelled)
+
+    def note_cancelled(self) -> None:
+        self._cancelled_hint += 1
 
     def push(self, timer: Timer) -> None:
         heapq.heappush(self._heap, (timer.at_ms, next(self._order), timer))
+        if self._cancelled_hint > _PURGE_MIN_CANCELLED and self._cancelled_hint * 2 > len(
+            self._heap
+        ):
+            self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+            heapq.heapify(self._heap)
+            self._cancelled_hint = 0
 
     def earliest_ms(self) -> int | None:
         while self._heap and self._heap[0][2].cancelled:
             heapq.heappop(self._heap)
+            self._cancelled_hint = max(0, self._cancelled_hint - 1)
         return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now_ms: int) -> Timer | None:
@@ -108,7 +141,7 @@ class SystemClock:
         return int(time.time() * 1000 + self._offset_ms)
 
     def call_at(self, at_ms: int, callback: Callback) -> Timer:
-        timer = Timer(at_ms, callback)
+        timer = self._timers.timer(at_ms, callback)
         with self._cond:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name="redelay-clock", daemon=True)
@@ -125,6 +158,11 @@ class SystemClock:
 
     def call_later(self, delay_ms: int, callback: Callback) -> Timer:
         return self.call_at(self.now_ms() + delay_ms, callback)
+
+    def held(self) -> int:
+        """Timers in the heap, cancelled ones not yet dropped included."""
+        with self._cond:
+            return len(self._timers)
 
     def close(self) -> None:
         with self._cond:
@@ -259,7 +297,7 @@ class FakeClock:
         return self._now_ms
 
     def call_at(self, at_ms: int, callback: Callback) -> Timer:
-        timer = Timer(at_ms, callback)
+        timer = self._timers.timer(at_ms, callback)
         with self._lock:
             self._timers.push(timer)
         return timer
@@ -289,6 +327,11 @@ class FakeClock:
     def pending(self) -> int:
         with self._lock:
             return sum(1 for _, _, t in self._timers._heap if not t.cancelled)
+
+    def held(self) -> int:
+        """Timers in the heap, cancelled ones not yet dropped included."""
+        with self._lock:
+            return len(self._timers)
 
     def next_timer_ms(self) -> int | None:
         with self._lock:

@@ -137,6 +137,26 @@ def test_a_timer_is_pending_until_it_runs_or_is_cancelled() -> None:
     assert not dropped.fired  # a cancelled timer is dropped, never run
 
 
+@pytest.mark.parametrize("make", [FakeClock, SystemClock], ids=["fake", "system"])
+def test_cancelled_timers_are_dropped_once_they_outnumber_the_rest(
+    make: Callable[[], FakeClock | SystemClock],
+) -> None:
+    """A listener re-arms a far backstop at every wait: each one cancelled stays in the heap
+    until it reaches the top, unless the heap drops them when they are most of it."""
+    clock = make()
+    try:
+        far = clock.now_ms() + 3_600_000
+        kept = [clock.call_at(far + n, lambda: None) for n in range(50)]
+        backstop = clock.call_at(far, lambda: None)
+        for n in range(10_000):
+            backstop.cancel()
+            backstop = clock.call_at(far + n, lambda: None)
+            assert clock.held() <= 2 * (len(kept) + 1) + 100 + 1
+        assert all(timer.pending for timer in kept) and backstop.pending
+    finally:
+        clock.close()
+
+
 def test_a_system_clock_timer_is_no_longer_pending_once_it_ran() -> None:
     clock = SystemClock()
     ran = threading.Event()

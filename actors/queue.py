@@ -36,6 +36,7 @@ from actors.errors import ConfigError, RedisFullError, ValidationError
 from actors.job import Job
 from actors.producing import AuditEvent
 from actors.runtime._hooks import FailureHooks
+from actors.runtime.gc_freeze import freeze_heap
 from actors.runtime.messages import Stats
 from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.system import ActorSystem, HandlerSpec, SystemSettings
@@ -158,6 +159,8 @@ class DelayQueue:
         self._stopped = threading.Event()
         self._stopped.set()
         self._stop_lock = threading.Lock()
+        # Objects frozen by start(gc_freeze=True) (gc.get_freeze_count), else None.
+        self.gc_frozen: int | None = None
         self._closed = False
 
     # -- connecting, on first use -----------------------------------------------------------
@@ -508,9 +511,15 @@ class DelayQueue:
                 f"topic {topic!r} already has a handler ({name}); a topic has one handler"
             )
 
-    def start(self) -> DelayQueue:
+    def start(self, *, gc_freeze: bool = False) -> DelayQueue:
         """Starts this process's actors (carrier, watchdog, sweeper, a listener and a pool per
-        handler). Returns self."""
+        handler). Returns self.
+
+        ``gc_freeze``: once they run, collect and then freeze every object the process holds
+        (``gc.freeze``), so Python's full collections skip them from then on. For a process
+        that is mostly a worker: it cuts the collector's pauses, which are the steady lateness
+        tail, and the objects alive now are never checked for cycles again (see
+        docs/scaling.md#lateness-and-pythons-garbage-collector)."""
         if self.producer_only:
             raise ConfigError("this DelayQueue is producer_only: it never starts actors")
         if self._system is not None:
@@ -540,6 +549,8 @@ class DelayQueue:
             self._system = None
             self._stopped.set()
             raise
+        if gc_freeze:
+            self.gc_frozen = freeze_heap()
         return self
 
     def stop(self, grace: float = 20.0) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from simulations.bench import report
 from simulations.bench.systems import BY_NAME, tuning
 
 NODE_WORKER = Path(__file__).parent.parent / "simulations" / "bench" / "node" / "bullmq.mjs"
@@ -32,6 +33,18 @@ def test_the_page_names_the_settings_the_workers_use() -> None:
     }
     for name, text in named.items():
         assert text in BY_NAME[name].config, name
+    assert ("gc_freeze=True" in BY_NAME["redelay-tuned"].config) is tuning.REDELAY_TUNED_GC_FREEZE
+    assert "gc_freeze" not in BY_NAME["redelay"].config
+
+
+def test_a_page_rendered_again_describes_the_settings_its_run_recorded() -> None:
+    records = [{"system": "redelay-tuned"}, {"system": "redelay"}]
+    now = report.configs_section(records)
+    assert f"- **redelay-tuned**: {BY_NAME['redelay-tuned'].config}" in now
+    recorded = report.configs_section(records, {"redelay-tuned": "as it was then"})
+    assert "- **redelay-tuned**: as it was then" in recorded
+    assert f"- **redelay**: {BY_NAME['redelay'].config}" in recorded  # not recorded: as now
+    assert report.system_configs()["redelay-tuned"] == BY_NAME["redelay-tuned"].config
 
 
 def test_the_list_of_systems_imports_no_peer() -> None:

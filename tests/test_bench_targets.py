@@ -33,20 +33,34 @@ def test_delivery_without_bullmq_in_the_run_is_not_measured() -> None:
     assert "BullMQ did not run" in verdict.measured
 
 
-def test_lateness_needs_both_rates_and_no_early_delivery() -> None:
-    def steady(rate: int, p99: float, early: int = 0) -> dict[str, Any]:
-        return {
-            "system": "redelay",
-            "scenario": f"steady-{rate}",
-            "lateness_ms_p99": p99,
-            "early_deliveries": early,
-        }
+def steady(rate: int, p99: float, early: int = 0, system: str = "redelay") -> dict[str, Any]:
+    return {
+        "system": system,
+        "scenario": f"steady-{rate}",
+        "lateness_ms_p99": p99,
+        "early_deliveries": early,
+    }
 
+
+def test_lateness_needs_both_rates_and_no_early_delivery() -> None:
     assert targets.lateness([steady(1000, 2.5), steady(5000, 3.0)]).met is True
     assert targets.lateness([steady(1000, 2.5), steady(5000, 3.1)]).met is False
     assert targets.lateness([steady(1000, 2.5), steady(5000, 1.0, early=1)]).met is False
     assert targets.lateness([steady(1000, 2.5)]).met is False
     assert targets.lateness([]).met is None
+
+
+def test_lateness_is_met_by_one_entry_at_both_rates_and_shows_each() -> None:
+    tuned = "redelay-tuned"
+    split = [steady(1000, 2.5), steady(5000, 9.0), steady(1000, 9.0, system=tuned)]
+    split.append(steady(5000, 2.0, system=tuned))
+    verdict = targets.lateness(split)
+    assert verdict.met is False  # each entry misses one rate: no entry meets both
+    assert "redelay: steady-1000: p99 2.5 ms" in verdict.measured
+    assert "redelay-tuned: steady-1000: p99 9.0 ms" in verdict.measured
+    both = [steady(1000, 4.6), steady(5000, 10.1), steady(1000, 2.0, system=tuned)]
+    both.append(steady(5000, 2.9, system=tuned))
+    assert targets.lateness(both).met is True
 
 
 def test_redis_cpu_adds_and_memory_follow_their_thresholds() -> None:

@@ -541,9 +541,14 @@ def wait_for(condition: Any, what: str) -> None:
     wait_until(condition, what=what, poll_s=0.05)  # each poll runs the redelay command
 
 
-@pytest.mark.parametrize("target", ["myworker:queue", "myworker:make_queue"])
-def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: str) -> None:
-    worker = start_worker(tmp_path, cli.url, target, "--json")
+@pytest.mark.parametrize(
+    ("target", "options"),
+    [("myworker:queue", ()), ("myworker:make_queue", ("--no-gc-freeze",))],
+)
+def test_worker_runs_handlers_until_sigterm(
+    cli: Cli, tmp_path: Path, target: str, options: tuple[str, ...]
+) -> None:
+    worker = start_worker(tmp_path, cli.url, target, "--json", *options)
     try:
         assert worker.stdout is not None
         cli("add", "mail.send", "m1", "--body", "{}")
@@ -558,6 +563,11 @@ def test_worker_runs_handlers_until_sigterm(cli: Cli, tmp_path: Path, target: st
     assert worker.returncode == 0, err
     lines = out.strip()
     assert '"event": "started"' in lines and '"signal": "SIGTERM"' in lines
+    started = json.loads(lines.splitlines()[0])
+    if options:
+        assert started["gc_frozen"] is None
+    else:  # the started worker's heap (about 50,000 objects) was frozen
+        assert started["gc_frozen"] > 1_000
 
 
 def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ requeued, a producer-only process waking an idle worker, and a stop under load t
 
 from __future__ import annotations
 
+import gc
 import random
 import signal
 import statistics
@@ -220,6 +221,19 @@ def test_closing_a_started_queue_stops_it_first(redis_server: RedisProcess) -> N
         assert producer.get("closing", "j") is None  # acked: the handler finished before the stop
     finally:
         producer.close()
+
+
+def test_start_can_freeze_the_heap_it_runs_with(redis_server: RedisProcess) -> None:
+    worker = DelayQueue(redis_server.url, namespace=NAMESPACE)
+    worker.handler("frozen")(lambda job: None)
+    before = gc.get_freeze_count()
+    try:
+        worker.start(gc_freeze=True)
+        assert worker.gc_frozen == gc.get_freeze_count() > before
+        assert worker.running
+    finally:
+        worker.stop(grace=1)
+        gc.unfreeze()  # the rest of the test session collects as usual
 
 
 @pytest.mark.parametrize("concurrency", [16, 128])

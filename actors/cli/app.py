@@ -210,6 +210,13 @@ def _add_worker(sub: Any, common: Parser) -> None:
         help=f"logging level: {', '.join(LOG_LEVELS)} (default INFO)",
     )
     p.add_argument(
+        "--no-gc-freeze",
+        dest="gc_freeze",
+        action="store_false",
+        help="do not freeze the started worker's objects out of Python's full garbage "
+        "collections (frozen by default: their pauses are the lateness tail)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",

@@ -86,12 +86,17 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     queue = load_queue(args.target)
     metrics = None if args.metrics_port is None else serve_metrics(queue, args)
-    queue.start()
+    queue.start(gc_freeze=args.gc_freeze)
     log.info("worker started (pid %d, %s); stop with SIGTERM or Ctrl-C", os.getpid(), args.target)
     # With --json the worker prints a stream of events, one compact document per line; the last
     # one says how it ended (with the error fields when it failed), so nothing follows it.
     if ctx.json:
-        started: dict[str, Any] = {"event": "started", "pid": os.getpid(), "target": args.target}
+        started: dict[str, Any] = {
+            "event": "started",
+            "pid": os.getpid(),
+            "target": args.target,
+            "gc_frozen": queue.gc_frozen,
+        }
         if metrics is not None:
             started["metrics"] = metrics.url
         print_json_line(started)

@@ -332,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "versions": report.versions(),
         "load": load,
         "plan": [s.to_json() for s in plan],
+        "configs": report.system_configs(),
         "records": records,
         "skipped": skipped,
         "redis_limit": limit,

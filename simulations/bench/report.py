@@ -12,7 +12,7 @@ import os
 import platform
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -342,11 +342,23 @@ def versions_section(found: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def configs_section(records: Sequence[dict[str, Any]]) -> str:
-    """The settings of the systems this run measured (a system added since is not listed)."""
+def system_configs() -> dict[str, str]:
+    """Each system's settings as this checkout runs it, kept in a run's results: a page
+    rendered again later describes the settings the run had, not the ones the code has now."""
+    return {system.name: system.config for system in SYSTEMS}
+
+
+def configs_section(
+    records: Sequence[dict[str, Any]], configs: Mapping[str, str] | None = None
+) -> str:
+    """The settings of the systems this run measured (a system added since is not listed), as
+    the run recorded them (``configs``), else as this checkout describes them."""
     ran = {record["system"] for record in records}
+    recorded = configs or {}
     return "\n".join(
-        f"- **{system.name}**: {system.config}" for system in SYSTEMS if system.name in ran
+        f"- **{system.name}**: {recorded.get(system.name, system.config)}"
+        for system in SYSTEMS
+        if system.name in ran
     )
 
 
@@ -488,7 +500,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "skipped_section": skipped_section(results.get("skipped") or []),
         "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
         "versions_section": versions_section(results["versions"]),
-        "configs_section": configs_section(records),
+        "configs_section": configs_section(records, results.get("configs")),
         "cpu": str(machine_info.get("cpu") or "unknown CPU"),
         "cores": str(machine_info.get("cores")),
         "memory_gb": num(machine_info.get("memory_gb"), 1),

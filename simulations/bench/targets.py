@@ -102,21 +102,30 @@ def redis_cpu(records: Sequence[dict[str, Any]]) -> Verdict:
 
 
 def lateness(records: Sequence[dict[str, Any]]) -> Verdict:
+    """Each of redelay's entries is shown; it is met when one of them meets it at both rates,
+    as delivery and Redis CPU judge each side at its best."""
     target = "lateness p99 <= 3 ms at steady 1,000 and 5,000 jobs/s, zero early deliveries"
     wanted = ("steady-1000", "steady-5000")
-    found = [record for name in wanted if (record := find(records, REDELAY, name)) is not None]
-    if not found:
+    shown, met_by = [], []
+    for system in (REDELAY, REDELAY + TUNED_SUFFIX):
+        found = [record for name in wanted if (record := find(records, system, name)) is not None]
+        if not found:
+            continue
+        parts, met = [], len(found) == len(wanted)
+        for record in found:
+            p99 = _number(record.get("lateness_ms_p99"))
+            early = int(record.get("early_deliveries") or 0)
+            p99_text = "n/a" if p99 is None else f"{p99:.1f} ms"
+            parts.append(f"{record['scenario']}: p99 {p99_text}, {early} early")
+            met = met and p99 is not None and p99 <= 3 and early == 0 and not record.get("missing")
+        if len(found) < len(wanted):
+            parts.append("the other rate did not run")
+        shown.append(f"{system}: " + ", ".join(parts))
+        if met:
+            met_by.append(system)
+    if not shown:
         return Verdict(target, "not measured", None)
-    parts, met = [], len(found) == len(wanted)
-    for record in found:
-        p99 = _number(record.get("lateness_ms_p99"))
-        early = int(record.get("early_deliveries") or 0)
-        shown = "n/a" if p99 is None else f"{p99:.1f} ms"
-        parts.append(f"{record['scenario']}: p99 {shown}, {early} early")
-        met = met and p99 is not None and p99 <= 3 and early == 0 and not record.get("missing")
-    if len(found) < len(wanted):
-        parts.append("the other rate did not run")
-    return Verdict(target, "; ".join(parts), met)
+    return Verdict(target, "; ".join(shown), bool(met_by))
 
 
 def _enqueue(

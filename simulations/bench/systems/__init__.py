@@ -147,7 +147,13 @@ _TUNED: tuple[SystemInfo, ...] = (
         "redelay",
         f"As redelay, with handler concurrency {t.REDELAY_TUNED_CONCURRENCY} and prefetch "
         f"{t.REDELAY_TUNED_PREFETCH} (docs/scaling.md, tuning a "
-        "handler for throughput: concurrency for I/O-bound handlers, prefetch for short ones).",
+        "handler for throughput: concurrency for I/O-bound handlers, prefetch for short ones)"
+        + (
+            ", started with gc_freeze=True as `redelay worker` starts it (docs/scaling.md, "
+            "lateness and Python's garbage collector)."
+            if t.REDELAY_TUNED_GC_FREEZE
+            else "."
+        ),
     ),
     _tuned(
         "arq",

@@ -58,5 +58,5 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
         recorder.delivered(job.body)
 
     recorder.ready()
-    queue.start()
+    queue.start(gc_freeze=spec.tuned and tuning.REDELAY_TUNED_GC_FREEZE)
     threading.Event().wait()  # the actors consume until the runner stops us

@@ -13,6 +13,7 @@ from __future__ import annotations
 REDELAY_CONCURRENCY = 10
 REDELAY_TUNED_CONCURRENCY = 100  # docs/scaling.md: concurrency for I/O-bound handlers
 REDELAY_TUNED_PREFETCH = 400  # docs/scaling.md: prefetch for short handlers
+REDELAY_TUNED_GC_FREEZE = True  # docs/scaling.md: start(gc_freeze=True), as `redelay worker` does
 
 ARQ_MAX_JOBS = 10  # arq's default
 ARQ_TUNED_MAX_JOBS = 100

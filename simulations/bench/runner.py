@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,11 +266,20 @@ def memory_per_job(
 
 
 def run_scenario(
-    system: SystemInfo, scenario: Scenario, context: RunContext, server: BenchServer | None = None
+    system: SystemInfo,
+    scenario: Scenario,
+    context: RunContext,
+    server: BenchServer | None = None,
+    settled: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Runs one scenario on a fresh server, or on ``server`` when given (left running, with
     whatever the caller put in it: simulations.pending_scale fills it first); returns the record
-    (see report.RECORD_FIELDS)."""
+    (see report.RECORD_FIELDS).
+
+    The worker is stopped at once (``os._exit``) when its last job has been handled, which can
+    be before its last acks reached Redis. A caller that runs the next scenario on the same
+    server, with the same job ids, passes ``settled`` (true once no job is in flight): the worker
+    is stopped only then, or after ``SETTLE_TIMEOUT_S`` with a note in the record."""
     own_server = server is None
     if server is None:
         server = BenchServer(context.workdir / f"redis-{system.name}-{scenario.name}")
@@ -331,6 +341,10 @@ def run_scenario(
         record["client_cpu_ms_per_1k_jobs"] = per_1k(client_cpu_ms, jobs_done)
         record["redis_cpu_ms_per_1k_jobs"] = per_1k(after.cpu_ms - before.cpu_ms, jobs_done)
         record["redis_version"] = server.version()
+        if settled is not None and worker is not None and not wait_settled(settled):
+            record.setdefault("notes", []).append(
+                f"jobs were still in flight {SETTLE_TIMEOUT_S:g} s after the last delivery"
+            )
     finally:
         if worker is not None:
             worker.stop()
@@ -338,6 +352,20 @@ def run_scenario(
             server.stop()
     record["wall_s"] = round(time.monotonic() - started, 2)
     return record
+
+
+SETTLE_TIMEOUT_S = 10.0
+SETTLE_POLL_S = 0.02
+
+
+def wait_settled(settled: Callable[[], bool]) -> bool:
+    """Polls ``settled`` until it is true (True) or ``SETTLE_TIMEOUT_S`` passed (False)."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not settled():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(SETTLE_POLL_S)  # waiting on another process's acks: nothing to wake us
+    return True
 
 
 def delivery_fields(

@@ -75,10 +75,11 @@ class _TimerHeap:
     """Timers ordered by due time; ties run in the order they were set.
 
     A cancelled timer stays in the heap until it reaches the top, unless cancelled ones come to
-    outnumber the rest: then the heap is rebuilt without them. A listener re-arms its 5-second
-    backstop at every wait, so without the rebuild a worker at 1,000 waits a second held 5,000
-    dead timers (with their closures and messages) that the garbage collector's full passes
-    walked: 15-45 ms pauses on every thread, the steady lateness p99 (docs/benchmarks.md).
+    outnumber the rest: then the heap is rebuilt without them. When listeners re-armed their
+    5-second backstop at every wait, a worker at 1,000 waits a second held 5,000 dead timers
+    (with their closures and messages) that the garbage collector's full passes walked: 34-54 ms
+    pauses on every thread, the steady lateness p99 (docs/scaling.md). Any actor that re-arms a
+    far timer often would do the same.
     Callers hold the clock's lock around every method but ``note_cancelled``, which any thread
     calls and which only moves a hint.
     """

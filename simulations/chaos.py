@@ -64,8 +64,11 @@ from .workload import fault_times, storms
 
 log = logging.getLogger("simulations.chaos")
 
-# Two processes' clocks, each synced to Redis TIME, disagree by at most half of each one's
-# measured round trip; on top of that, whole milliseconds (each side truncates).
+# A worker's clock, synced to Redis TIME, is behind the server by at most the round trip of the
+# sample it kept and never ahead (actors/clock.py, best_offset). A job is carried once the
+# server's time is past its due time, but a handler's start read on a worker's clock can be up to
+# that round trip earlier than the server's: the allowance is the largest round trip measured,
+# plus whole milliseconds (each side truncates).
 EARLY_TOLERANCE_FLOOR_MS = 2
 _TICK_S = 0.05
 # A master kill or slot migration due while the cluster heals from the last kill waits this long.

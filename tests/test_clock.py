@@ -141,8 +141,9 @@ def test_a_timer_is_pending_until_it_runs_or_is_cancelled() -> None:
 def test_cancelled_timers_are_dropped_once_they_outnumber_the_rest(
     make: Callable[[], FakeClock | SystemClock],
 ) -> None:
-    """A listener re-arms a far backstop at every wait: each one cancelled stays in the heap
-    until it reaches the top, unless the heap drops them when they are most of it."""
+    """An actor that re-arms a far timer at every round (listeners did, for their backstop):
+    each one cancelled stays in the heap until it reaches the top, unless the heap drops them
+    when they are most of it."""
     clock = make()
     try:
         far = clock.now_ms() + 3_600_000

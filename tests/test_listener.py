@@ -24,7 +24,7 @@ from _actor_support import (  # noqa: F401
 from actors.clock import FakeClock
 from actors.job import Job
 from actors.runtime.listener import TopicListener
-from actors.runtime.messages import SetListener, StopFetching
+from actors.runtime.messages import ReadyNotice, SetListener, StopFetching
 from actors.runtime.notifier import ShardNotifier
 from actors.runtime.pool import ConsumerPool
 from actors.server.embedded import RedisProcess
@@ -280,6 +280,32 @@ def test_no_wake_up_is_lost(store: Store, fake_clock: FakeClock, notifiers: Star
             store.add(store.new_job("t", f"w{n}", None))
             assert delivered.acquire(timeout=5), f"job w{n} was not picked up"
         wait_for(lambda: stats(unit.pool)["acked"] == 60, "every ack")
+    finally:
+        unit.stop()
+
+
+def test_waits_move_one_backstop_timer_which_looks_once_the_interval_has_passed(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
+    """A timer set and cancelled at every wait was garbage for the collector at thousands of
+    waits a second (docs/scaling.md); a wait now only moves when the one backstop looks."""
+    unit = Unit(store, fake_clock, lambda job: None, 2, notifiers(store), look_interval_s=2.0)
+    try:
+        wait_for(lambda: unit.listener_stats()["waits"] == 1, "the first wait")
+        held = fake_clock.held()
+        for n in range(2, 302):
+            unit.listener.tell(ReadyNotice())  # nothing is ready: a lease, then a wait
+            wait_for(lambda n=n: unit.listener_stats()["waits"] == n, f"wait {n}")  # type: ignore[misc]
+        assert fake_clock.held() == held  # the same timer; 300 set and cancelled ones before
+
+        fake_clock.advance(1_000)
+        unit.listener.tell(ReadyNotice())  # a wait at +1 s: the look moves to +3 s
+        wait_for(lambda: unit.listener_stats()["waits"] == 302, "the wait at +1 s")
+        leases = unit.listener_stats()["leases"]
+        fake_clock.advance(1_000)  # +2 s: the timer fires, and is set again for +3 s
+        assert unit.listener_stats()["leases"] == leases
+        fake_clock.advance(1_000)  # +3 s: the backstop looks
+        wait_for(lambda: unit.listener_stats()["leases"] == leases + 1, "the backstop look")
     finally:
         unit.stop()
 

@@ -34,6 +34,7 @@ from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import (
     Fetch,
+    LookAgain,
     ReadyNotice,
     Refill,
     Run,
@@ -81,6 +82,7 @@ class TopicListener(RedelayActor):
         self.gated_waits = 0  # times the topic's limits held jobs back
         self.notifier = notifier
         self.backstop: Timer | None = None
+        self.look_at_ms = 0  # when the backstop looks, unless a later wait moves it
 
     def started(self) -> None:
         self._request_fetch()
@@ -102,6 +104,8 @@ class TopicListener(RedelayActor):
         if isinstance(message, Fetch):
             self.fetch_pending = False
             self._fetch()
+        elif isinstance(message, LookAgain):
+            self._look_again()
         elif isinstance(message, ReadyNotice):
             self._request_fetch()  # at most one Fetch queued, however many notices
         elif isinstance(message, SlotsFreed):
@@ -189,6 +193,17 @@ class TopicListener(RedelayActor):
     def _await_notice(self, mark: int) -> None:
         self.waits += 1
         self.notifier.await_ready(self.topic, self.actor_ref, mark)
-        if self.backstop is not None:
-            self.backstop.cancel()
-        self.backstop = self.tell_later(round(self.look_interval_s * 1000), Fetch())
+        # One backstop timer at a time: a wait only moves the time it looks, and a timer that
+        # fires before that time is set again for the rest. A timer set (and the last one
+        # cancelled) at every wait, thousands a second at a steady rate, was garbage for the
+        # collector to walk (docs/scaling.md, lateness and Python's garbage collector).
+        self.look_at_ms = self.clock.now_ms() + round(self.look_interval_s * 1000)
+        if self.backstop is None or not self.backstop.pending:
+            self.backstop = self.tell_at(self.look_at_ms, LookAgain())
+
+    def _look_again(self) -> None:
+        if self.clock.now_ms() < self.look_at_ms:
+            self.backstop = self.tell_at(self.look_at_ms, LookAgain())
+            return
+        self.backstop = None
+        self._request_fetch()

@@ -46,6 +46,12 @@ class Fetch:
 
 
 @dataclass(frozen=True, slots=True)
+class LookAgain:
+    """TopicListener (from its own timer): the backstop look for a ready notice lost anyway, a
+    Fetch once ``look_interval_s`` has passed since the listener last began to wait."""
+
+
+@dataclass(frozen=True, slots=True)
 class ReadyNotice:
     """TopicListener (from the process's ShardNotifier): its topic may have ready jobs. Unlike a
     Fetch it is folded into the one the listener may already have queued, so a burst of notices

@@ -80,8 +80,8 @@ class _TimerHeap:
     (with their closures and messages) that the garbage collector's full passes walked: 34-54 ms
     pauses on every thread, the steady lateness p99 (docs/scaling.md). Any actor that re-arms a
     far timer often would do the same.
-    Callers hold the clock's lock around every method but ``note_cancelled``, which any thread
-    calls and which only moves a hint.
+    Callers hold the clock's lock around ``push``, ``earliest_ms``, ``pop_due`` and ``len``;
+    ``note_cancelled`` runs on whichever thread cancels a timer and only moves a hint.
     """
 
     def __init__(self) -> None:

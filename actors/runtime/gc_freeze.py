@@ -4,8 +4,9 @@ CPython's cyclic collector runs a full (oldest generation) collection whenever e
 have been promoted since the last one, and a full collection walks every tracked object with the
 GIL held: every thread stops. A worker holds ~50,000 tracked objects once it runs (modules,
 classes, functions: redis-py, Pykka, msgpack and the user's own code), and per job it promotes
-the objects of the jobs in flight, so full collections came every few seconds and took 15-45 ms
-on the benchmark machine: the steady lateness p99 (docs/scaling.md). ``gc.freeze`` moves the
+the objects of the jobs in flight, so full collections came every few seconds and took tens of
+milliseconds (medians of 34 and 45 ms on the benchmark machine): the steady lateness p99
+(docs/scaling.md). ``gc.freeze`` moves the
 objects alive now into a permanent generation that collections skip; what the jobs allocate
 later is collected as before. The cost is that a frozen object is never checked for cycles
 again, so a collection runs first, and the choice is the caller's (``DelayQueue.start``).

@@ -83,6 +83,9 @@ class TopicListener(RedelayActor):
         self.notifier = notifier
         self.backstop: Timer | None = None
         self.look_at_ms = 0  # when the backstop looks, unless a later wait moves it
+        # A LookAgain is on its way (its timer pending, or fired and in the mailbox): a wait
+        # then only moves look_at_ms, so there is never more than one.
+        self.look_armed = False
 
     def started(self) -> None:
         self._request_fetch()
@@ -198,12 +201,17 @@ class TopicListener(RedelayActor):
         # cancelled) at every wait, thousands a second at a steady rate, was garbage for the
         # collector to walk (docs/scaling.md, lateness and Python's garbage collector).
         self.look_at_ms = self.clock.now_ms() + round(self.look_interval_s * 1000)
-        if self.backstop is None or not self.backstop.pending:
-            self.backstop = self.tell_at(self.look_at_ms, LookAgain())
+        if not self.look_armed:
+            self._arm_look()
 
     def _look_again(self) -> None:
+        self.look_armed = False
         if self.clock.now_ms() < self.look_at_ms:
-            self.backstop = self.tell_at(self.look_at_ms, LookAgain())
+            self._arm_look()
             return
         self.backstop = None
         self._request_fetch()
+
+    def _arm_look(self) -> None:
+        self.look_armed = True
+        self.backstop = self.tell_at(self.look_at_ms, LookAgain())

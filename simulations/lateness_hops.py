@@ -45,7 +45,6 @@ from actors.storage.store import Store
 from actors.values import AuditEntry
 
 from .bench import scenarios
-from .bench.jobs import now_ms
 from .bench.runner import RunContext, run_scenario
 from .bench.scenarios import Scenario
 from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
@@ -142,6 +141,10 @@ def steady(rate: int, seconds: float, delay_ms: tuple[int, int]) -> Scenario:
     return scenarios.steady(rate, seconds, delay_ms[0], delay_ms[1], WAIT_S)
 
 
+def entry_id_text(entry_id: object) -> str:
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+
 def measure_one(
     system: str, scenario: Scenario, workdir: Path, seed: int, pending: int = 0
 ) -> dict[str, Any]:
@@ -153,11 +156,14 @@ def measure_one(
         if pending:
             print(f"filling {pending:,} pending jobs", file=sys.stderr, flush=True)
             fill(store, pending, PENDING_DUE_HOURS, seed)
-        started_ms = int(now_ms())
+        # The run's own entries are those after the fill's last one. A time ("<ms>-0") would
+        # also take in the fill's entries written in the millisecond the run began.
+        last = server.client.xrevrange(store.keys.audit, count=1)
+        start = "(" + entry_id_text(last[0][0]) if last else "-"
         record = run_scenario(
             BY_NAME[system], scenario, RunContext(workdir=workdir, seed=seed), server
         )
-        found = hops(job_times(store.iter_audit(start=f"{started_ms}-0")))
+        found = hops(job_times(store.iter_audit(start=start)))
     finally:
         server.stop()
     quantiles = record.pop("lateness_ms_quantiles", None) or []

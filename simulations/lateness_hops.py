@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.clock import SystemClock
+from actors.storage.calls import decoded
 from actors.storage.store import Store
 from actors.values import AuditEntry
 
@@ -141,10 +142,6 @@ def steady(rate: int, seconds: float, delay_ms: tuple[int, int]) -> Scenario:
     return scenarios.steady(rate, seconds, delay_ms[0], delay_ms[1], WAIT_S)
 
 
-def entry_id_text(entry_id: object) -> str:
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-
-
 def measure_one(
     system: str, scenario: Scenario, workdir: Path, seed: int, pending: int = 0
 ) -> dict[str, Any]:
@@ -159,7 +156,7 @@ def measure_one(
         # The run's own entries are those after the fill's last one. A time ("<ms>-0") would
         # also take in the fill's entries written in the millisecond the run began.
         last = server.client.xrevrange(store.keys.audit, count=1)
-        start = "(" + entry_id_text(last[0][0]) if last else "-"
+        start = "(" + decoded(last[0][0]) if last else "-"
         record = run_scenario(
             BY_NAME[system], scenario, RunContext(workdir=workdir, seed=seed), server
         )

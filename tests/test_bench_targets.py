@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulations import producer_speed
-from simulations.bench import scale_report, targets
+from simulations.bench import report, scale_report, targets
 
 
 def immediate(system: str, rate: float) -> dict[str, Any]:
@@ -61,6 +61,21 @@ def test_lateness_is_met_by_one_entry_at_both_rates_and_shows_each() -> None:
     both = [steady(1000, 4.6), steady(5000, 10.1), steady(1000, 2.0, system=tuned)]
     both.append(steady(5000, 2.9, system=tuned))
     assert targets.lateness(both).met is True
+
+
+def test_the_pages_lateness_sentence_follows_the_default_entrys_own_verdict() -> None:
+    """The delivery section's sentence speaks of redelay at its defaults only, so a tuned entry
+    that meets the target does not make it say "within"."""
+    names = list(targets.LATENESS_SCENARIOS)
+    met = [steady(1000, 2.5), steady(5000, 2.8)]
+    assert report.lateness_sentence(met, "redelay") == "both within the 3 ms target"
+    assert report.early_sentence(met, "redelay", names) == "no early delivery"
+    late = [steady(1000, 2.5), steady(5000, 3.2), steady(1000, 2.0, system="redelay-tuned")]
+    late.append(steady(5000, 2.0, system="redelay-tuned"))
+    assert report.lateness_sentence(late, "redelay") == "against the 3 ms target"
+    early = [steady(1000, 2.5, early=2), steady(5000, 2.8, early=1)]
+    assert report.lateness_sentence(early, "redelay") == "against the 3 ms target"
+    assert report.early_sentence(early, "redelay", names) == "3 early deliveries"
 
 
 def test_redis_cpu_adds_and_memory_follow_their_thresholds() -> None:

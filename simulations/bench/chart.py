@@ -77,6 +77,7 @@ def throughput_chart(records: Sequence[dict[str, Any]], path: Path) -> bool:
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for axis, (title, field, scenarios) in zip(axes, panels, strict=True):
         width = 0.8 / len(scenarios)
+        highest = 0.0
         for n, scenario in enumerate(scenarios):
             values = []
             for system in systems:
@@ -85,11 +86,17 @@ def throughput_chart(records: Sequence[dict[str, Any]], path: Path) -> bool:
                     None,
                 )
                 values.append(float((record or {}).get(field) or 0))
+            highest = max(highest, *values)
             positions = [x + (n - (len(scenarios) - 1) / 2) * width for x in range(len(systems))]
             axis.bar(positions, values, width=width, label=scenario)
         axis.set_xticks(range(len(systems)), systems, rotation=30, ha="right")
-        axis.set_yscale("log")
-        axis.set_ylabel(title + " (log scale)")
+        # A log axis needs a positive value to scale to; a run without these scenarios has none.
+        if highest > 0:
+            axis.set_yscale("log")
+            axis.set_ylabel(title + " (log scale)")
+        else:
+            axis.set_ylabel(title)
+            axis.text(0.5, 0.5, "not measured in this run", transform=axis.transAxes, ha="center")
         axis.set_title(title)
         axis.grid(True, axis="y", which="both", alpha=0.3)
         axis.legend(fontsize=8)

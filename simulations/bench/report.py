@@ -17,7 +17,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from . import limits_report, scale_report, speed_reference
+from . import limits_report, scale_report, speed_reference, targets
 from .formatting import MISSING, duration, ms, num, table
 from .systems import SYSTEMS
 from .targets import PYTHON_PEERS, find
@@ -564,6 +564,8 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "steady_p50_high": ms(g("redelay", steady_names[-1], "lateness_ms_p50")),
         "steady_p99_low": ms(g("redelay", steady_names[0], "lateness_ms_p99")),
         "steady_p99_high": ms(g("redelay", steady_names[-1], "lateness_ms_p99")),
+        "steady_early": early_sentence(records, "redelay", steady_names),
+        "steady_verdict": lateness_sentence(records, "redelay"),
         "store_p99_low": ms(g("redelay-store", steady_names[0], "lateness_ms_p99")),
         "store_p99_high": ms(g("redelay-store", steady_names[-1], "lateness_ms_p99")),
         "steady_trips": num(
@@ -590,6 +592,22 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
         **limits_report.values(results),
     }
+
+
+def early_sentence(records: Sequence[dict[str, Any]], system: str, scenarios: Sequence[str]) -> str:
+    early = sum(
+        int(record.get("early_deliveries") or 0)
+        for name in scenarios
+        if (record := find(records, system, name)) is not None
+    )
+    return "no early delivery" if early == 0 else f"{early:,} early deliveries"
+
+
+def lateness_sentence(records: Sequence[dict[str, Any]], system: str) -> str:
+    judged = targets.lateness_of(records, system)
+    if judged is not None and judged[1]:
+        return f"both within the {targets.LATENESS_P99_MS} ms target"
+    return f"against the {targets.LATENESS_P99_MS} ms target"
 
 
 def _code(code: dict[str, Any]) -> str:

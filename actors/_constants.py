@@ -11,7 +11,18 @@ KEY_ROOT: Final = "redelay"
 
 # Per-shard keys, appended to the shard prefix "redelay:{<namespace>.<shard>}:".
 JOBS_KEY: Final = "jobs"  # HASH member -> msgpack job record
-DELAYED_KEY: Final = "delayed"  # ZSET member -> due time (ms)
+# The delayed set (lua/_delayed.lua): an index ZSET, bucket number -> the bucket's earliest due
+# time (ms), over small ZSETs "due:<n>", member -> due time (ms), of consecutive due times.
+DELAYED_KEY: Final = "due"
+DUE_BUCKET_PREFIX: Final = "due:"
+# Redis keeps a ZSET of up to zset-max-listpack-entries (128 by default) entries as one listpack:
+# a bucket is not grown past that, and one that would be is cut into pieces of DUE_BUCKET_FILL,
+# leaving room for the jobs that come next.
+DUE_BUCKET_MAX: Final = 128
+DUE_BUCKET_FILL: Final = 96
+# ZSET member -> due time (ms): the delayed set of redelay before the buckets; its jobs are still
+# found there, and carry moves them into buckets (lua/_delayed.lua).
+LEGACY_DELAYED_KEY: Final = "delayed"
 READY_KEY_PREFIX: Final = "ready:"  # LIST per topic: "ready:<topic>", oldest first
 LEASED_KEY: Final = "leased"  # ZSET member -> lease deadline (ms)
 TOKENS_KEY: Final = "tokens"  # HASH member -> lease token; "" its pin (see TOKENS_PIN_BYTES)

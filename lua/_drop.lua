@@ -1,10 +1,15 @@
 -- Drops a schedule's pending occurrence that is still delayed, with a `cancelled` event {why}
 -- (one already ready or leased runs). `k` holds the keys jobs, delayed, counts and audit.
+-- `taken`: the caller has already taken it out of the delayed set (carry).
 -- @include _lib.lua
-local function drop_delayed(k, member, why)
-  if not member or not rcall('ZSCORE', k.delayed, member) then return end
-  rcall('ZREM', k.delayed, member)
-  keep_added_entry(member, load_record(k.jobs, member))  -- a job add-6 made under this name
+-- @include _delayed.lua
+local function drop_delayed(k, member, why, taken)
+  if not member then return end
+  local record = load_record(k.jobs, member)
+  if not taken and not (record and delayed_remove(k.delayed, member, tonumber(record['d']))) then
+    return
+  end
+  keep_added_entry(member, record)  -- a job add-6 made under this name
   rcall('HDEL', k.jobs, member)
   count(k.counts, member, 'delayed', -1)
   audit(k.audit, 'cancelled', member, 1, {'why', why, 'from', 'delayed'})

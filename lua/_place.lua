@@ -4,6 +4,7 @@
 -- was empty, its listeners are told on the ready channel.
 -- Returns the state the job is now in.
 -- @include _lib.lua
+-- @include _delayed.lua
 local function place(delayed_key, counts_key, member, due_ms, wake_channel, front)
   if due_ms <= now_ms then
     local topic = split_member(member)
@@ -17,10 +18,10 @@ local function place(delayed_key, counts_key, member, due_ms, wake_channel, fron
     count(counts_key, member, 'ready', 1)
     return 'ready'
   end
-  local earliest = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
-  rcall('ZADD', delayed_key, due_ms, member)
+  local earliest = delayed_earliest(delayed_key)
+  delayed_insert(delayed_key, {{due_ms, integer_text(due_ms), member}})
   count(counts_key, member, 'delayed', 1)
-  if wake_channel ~= '' and (#earliest == 0 or due_ms < tonumber(earliest[2])) then
+  if wake_channel ~= '' and (earliest == nil or due_ms < earliest) then
     rcall('PUBLISH', wake_channel, due_ms)
   end
   return 'delayed'

@@ -2,21 +2,25 @@
 -- `k` names jobs, delayed, leased, tokens, dead, counts.
 -- Returns the state it was in ('delayed', 'ready', 'leased', 'dead') or nil if there is no job.
 -- @include _lib.lua
--- `record`, when given, is the job's record as the caller already read it (false: none), which
--- spares the HEXISTS.
+-- @include _delayed.lua
+-- `record`, when given, is the job's record as the caller already read it, packed or unpacked
+-- (false: none), which spares reading it again. Its due time (`d`) finds the job's bucket in the
+-- delayed set.
 local function job_state(k, member, record)
-  if record == nil then record = rcall('HEXISTS', k.jobs, member) == 1 end
+  if record == nil then record = load_record(k.jobs, member) end
   if not record then return nil end
-  if rcall('ZSCORE', k.delayed, member) then return 'delayed' end
+  if type(record) == 'string' then record = cmsgpack.unpack(record) end
+  if delayed_has(k.delayed, member, tonumber(record['d'])) then return 'delayed', record end
   if rcall('HEXISTS', k.tokens, member) == 1 then return 'leased' end
   if rcall('ZSCORE', k.dead, member) then return 'dead' end
   return 'ready'
 end
 
 local function unlink(k, member, record)
-  local state = job_state(k, member, record)
+  local state
+  state, record = job_state(k, member, record)
   if state == 'delayed' then
-    rcall('ZREM', k.delayed, member)
+    delayed_remove(k.delayed, member, tonumber(record['d']))
   elseif state == 'leased' then
     rcall('ZREM', k.leased, member)
     rcall('HDEL', k.tokens, member)

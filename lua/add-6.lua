@@ -16,9 +16,11 @@
 -- Events: added {due, to=delayed|ready}. Touches ready lists <prefix>ready:<topic> (same hash tag).
 -- Publishes: on <prefix>wake (ARGV[5]; "" for none), the earliest new due time when it is earlier
 -- than every delayed job before the call; on <prefix>ready, a topic whose ready list was empty.
--- The whole batch is written with one HSET, one ZADD and one RPUSH per topic (in slices), because
--- per-job writes cost more than the audit entries themselves (see docs/benchmarks.md).
+-- The whole batch is written with one HSET, one ZADD per bucket of the delayed set it falls in
+-- and one RPUSH per topic (in slices), because per-job writes cost more than the audit entries
+-- themselves (see docs/benchmarks.md).
 -- @include _lib.lua
+-- @include _delayed.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], topics = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
 use_history_index(KEYS[6])
 buffer_history_index()
@@ -45,7 +47,7 @@ end
 if resent == n then return {0} end
 if #existing > 1 then return existing end
 
-local earliest = rcall('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
+local earliest = delayed_earliest(k.delayed)
 local records, delayed, ready_by_topic, counts = {}, {}, {}, {}
 local min_new_due = nil
 for j = 0, n - 1 do
@@ -65,8 +67,7 @@ for j = 0, n - 1 do
   else
     state = 'delayed'
     -- The due time as sent: a Lua number would be formatted back to text (%.17g) per job.
-    delayed[#delayed + 1] = ARGV[base + 1]
-    delayed[#delayed + 1] = member
+    delayed[#delayed + 1] = {due_ms, ARGV[base + 1], member}
     if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
   end
   counts[topic][state] = counts[topic][state] + 1
@@ -86,7 +87,7 @@ end
 -- Slices of 1000 values keep unpack() under Lua's limit and pairs (field value, score member)
 -- together.
 rcall_each_slice('HSET', k.jobs, records)
-rcall_each_slice('ZADD', k.delayed, delayed)
+delayed_insert(k.delayed, delayed)
 for topic, list in pairs(ready_by_topic) do
   if #list > 0 then
     local before = rcall('LLEN', ready_key(topic))
@@ -98,7 +99,7 @@ for topic, list in pairs(ready_by_topic) do
   end
 end
 if wake_channel ~= '' and min_new_due ~= nil
-    and (#earliest == 0 or min_new_due < tonumber(earliest[2])) then
+    and (earliest == nil or min_new_due < earliest) then
   rcall('PUBLISH', wake_channel, min_new_due)
 end
 flush_history_index()

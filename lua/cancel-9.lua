@@ -18,7 +18,7 @@ local member = ARGV[5]
 local record = load_record(k.jobs, member)
 if not record then return 0 end
 local attempt = attempts_failed(record) + 1
-if job_state(k, member) == 'leased' then
+if job_state(k, member, record) == 'leased' then
   if not record['x'] then
     record['x'] = 1
     save_record(k.jobs, member, record)
@@ -26,7 +26,7 @@ if job_state(k, member) == 'leased' then
   end
   return 2
 end
-local was = unlink(k, member)
+local was = unlink(k, member, record)
 keep_added_entry(member, record)
 rcall('HDEL', k.jobs, member)
 audit(k.audit, 'cancelled', member, attempt, {'from', was})

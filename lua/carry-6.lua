@@ -17,6 +17,7 @@
 -- @include _lib.lua
 -- @include _arm.lua
 -- @include _drop.lua
+-- @include _delayed.lua
 -- @constant SCHEDULES_KEY
 local k = {delayed = KEYS[1], jobs = KEYS[2], counts = KEYS[3], audit = KEYS[4],
            schedules = prefix .. SCHEDULES_KEY}
@@ -24,7 +25,9 @@ use_history_index(KEYS[5], KEYS[6])
 buffer_history_index()
 local limit = tonumber(ARGV[5])
 local wake_channel = ARGV[6]
-local due = rcall('ZRANGEBYSCORE', k.delayed, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+-- Taken out of the delayed set first: each one is moved or dropped below, and a schedule's next
+-- occurrence made on the way goes into the set while it is read.
+local due = delayed_take_due(k.delayed, limit)
 local by_topic = {}
 local moved = {}
 local low = {}
@@ -42,7 +45,7 @@ for j = 1, #due, 2 do
     schedule, drop = pending_occurrence(k, member, record, due_ms)
   end
   if drop then
-    drop_delayed(k, member, 'misfire')
+    drop_delayed(k, member, 'misfire', true)
   else
     local topic = split_member(member)
     local list = by_topic[topic]
@@ -60,7 +63,6 @@ for j = 1, #due, 2 do
   end
 end
 if #moved > 0 then
-  rcall_each_slice('ZREM', k.delayed, moved)
   for topic, list in pairs(by_topic) do
     local was_empty = rcall('LLEN', ready_key(topic)) == 0
     rcall_each_slice('RPUSH', ready_key(topic), list)
@@ -69,10 +71,7 @@ if #moved > 0 then
     rcall('HINCRBY', k.counts, topic .. '|ready', #list)
   end
 end
-local earliest = rcall('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
-local next_due = -1
-if #earliest > 0 then next_due = tonumber(earliest[2]) end
-local result = {#moved, next_due}
+local result = {#moved, delayed_earliest(k.delayed) or -1}
 for _, name in ipairs(low) do result[#result + 1] = name end
 flush_history_index()
 rotate_history_index()

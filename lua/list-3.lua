@@ -1,8 +1,9 @@
 -- list: reads one page of a topic's jobs in one state without changing anything (not a transition).
--- KEYS[1] where the state's jobs are: delayed, leased or dead (ZSET, every topic of the shard), or
---         the topic's ready list <prefix>ready:<topic> (LIST)  KEYS[2] jobs  KEYS[3] tokens
+-- KEYS[1] where the state's jobs are: the delayed set's index (lua/_delayed.lua), leased or dead
+--         (ZSET, every topic of the shard), or the topic's ready list <prefix>ready:<topic>
+--         (LIST)  KEYS[2] jobs  KEYS[3] tokens
 -- ARGV[1..4] common (see _lib.lua; now_ms and trim are unused)   ARGV[5] topic
--- ARGV[6] "zset" or "list" (what KEYS[1] is)   ARGV[7] limit: most jobs returned
+-- ARGV[6] "delayed", "zset" or "list" (what KEYS[1] is)   ARGV[7] limit: most jobs returned
 -- ARGV[8] scan: most ZSET entries examined (other topics' members count too)
 -- ARGV[9] after score, ARGV[10] after member: the page starts after this position; '' from the
 --         start. In a ZSET a position is (score, member) and need not be a member that exists;
@@ -13,6 +14,7 @@
 -- Events: none.
 -- Publishes: nothing.
 -- @include _lib.lua
+-- @include _delayed.lua
 local k = {where = KEYS[1], jobs = KEYS[2], tokens = KEYS[3]}
 local topic, kind = ARGV[5], ARGV[6]
 local limit, scan = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -28,21 +30,100 @@ local function bytes_greater(a, b)
   return #a > #b
 end
 
--- The rank of the first entry after (after_score, after_member): the entries with a lower score,
--- then a binary search among those with an equal score, which the ZSET keeps in byte order.
-local function zset_start()
+-- The rank in ZSET `key` of the first entry after (after_score, after_member): the entries with
+-- a lower score, then a binary search among those with an equal score, which the ZSET keeps in
+-- byte order.
+local function zset_start(key)
   if after_member == '' then return 0 end
-  local low = rcall('ZCOUNT', k.where, '-inf', '(' .. after_score)
-  local high = rcall('ZCOUNT', k.where, '-inf', after_score)
+  local low = rcall('ZCOUNT', key, '-inf', '(' .. after_score)
+  local high = rcall('ZCOUNT', key, '-inf', after_score)
   while low < high do
     local middle = math.floor((low + high) / 2)
-    if bytes_greater(rcall('ZRANGE', k.where, middle, middle)[1], after_member) then
+    if bytes_greater(rcall('ZRANGE', key, middle, middle)[1], after_member) then
       high = middle
     else
       low = middle + 1
     end
   end
   return low
+end
+
+-- A ZSET's entries from `rank` on, read a chunk at a time: peek() is the next {member, score}
+-- or nil at the end, take() moves past it.
+local function zset_source(key, rank)
+  local source = {buffer = {}, at = 1}
+  function source.peek()
+    if source.at > #source.buffer then
+      if not key then return nil end
+      source.buffer = rcall('ZRANGE', key, rank, rank + math.min(scan, 500) - 1, 'WITHSCORES')
+      source.at = 1
+      rank = rank + #source.buffer / 2
+      if #source.buffer == 0 then
+        key = nil
+        return nil
+      end
+    end
+    return source.buffer[source.at], source.buffer[source.at + 1]
+  end
+  function source.take()
+    source.at = source.at + 2
+  end
+  return source
+end
+
+-- The delayed set's buckets in order (lua/_delayed.lua), from the one holding the position on.
+local function buckets_source(index)
+  local bucket_rank = 0
+  local inner
+  if after_member == '' then
+    inner = zset_source(nil, 0)
+  else
+    local name = bucket_for(index, after_score)
+    if name then
+      bucket_rank = rcall('ZRANK', index, name)
+      inner = zset_source(bucket_key(name), zset_start(bucket_key(name)))
+      bucket_rank = bucket_rank + 1
+    else
+      inner = zset_source(nil, 0)
+    end
+  end
+  local source = {}
+  function source.peek()
+    while true do
+      local member, score = inner.peek()
+      if member then return member, score end
+      local name = rcall('ZRANGE', index, bucket_rank, bucket_rank)[1]
+      if not name then return nil end
+      bucket_rank = bucket_rank + 1
+      inner = zset_source(bucket_key(name), 0)
+    end
+  end
+  function source.take()
+    inner.take()
+  end
+  return source
+end
+
+-- Two sources as one, in (score, member) order.
+local function merged_source(a, b)
+  local source = {}
+  local function first()
+    local am, as = a.peek()
+    local bm, bs = b.peek()
+    if not am then return b, bm, bs end
+    if not bm then return a, am, as end
+    local an, bn = tonumber(as), tonumber(bs)
+    if an < bn or (an == bn and not bytes_greater(am, bm)) then return a, am, as end
+    return b, bm, bs
+  end
+  function source.peek()
+    local _, member, score = first()
+    return member, score
+  end
+  function source.take()
+    (first()).take()
+  end
+  return source
 end
 
 local found = {}
@@ -55,26 +136,27 @@ local function take(member, score)
   found[#found + 1] = rcall('HGET', k.tokens, member) or ''
 end
 
-if kind == 'zset' then
-  local size = rcall('ZCARD', k.where)
-  local rank = zset_start()
+if kind == 'zset' or kind == 'delayed' then
+  local source
+  if kind == 'zset' then
+    source = zset_source(k.where, zset_start(k.where))
+  else
+    source = merged_source(buckets_source(k.where),
+                           zset_source(legacy_delayed_key, zset_start(legacy_delayed_key)))
+  end
   local taken, examined = 0, 0
-  while taken < limit and examined < scan and rank < size do
-    local chunk = math.min(scan - examined, 500)
-    local entries = rcall('ZRANGE', k.where, rank, rank + chunk - 1, 'WITHSCORES')
-    if #entries == 0 then break end
-    for j = 1, #entries, 2 do
-      local member, score = entries[j], entries[j + 1]
-      rank, examined = rank + 1, examined + 1
-      reached_score, reached_member = score, member
-      if string.sub(member, 1, #own) == own then
-        take(member, score)
-        taken = taken + 1
-        if taken == limit then break end
-      end
+  while taken < limit and examined < scan do
+    local member, score = source.peek()
+    if not member then break end
+    source.take()
+    examined = examined + 1
+    reached_score, reached_member = score, member
+    if string.sub(member, 1, #own) == own then
+      take(member, score)
+      taken = taken + 1
     end
   end
-  if rank < size then complete = 0 end
+  if source.peek() then complete = 0 end
 else
   local start = 0
   if after_member ~= '' then

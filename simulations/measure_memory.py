@@ -83,11 +83,17 @@ def used_memory_bytes(client: redis.Redis) -> int:
 def key_usage_bytes(client: redis.Redis, store: Store) -> dict[str, int]:
     """MEMORY USAGE of each key of the shard (SAMPLES 0: every element, exact but O(n))."""
     usage: dict[str, int] = {}
+    buckets = 0
+    bucket_prefix = store.keys.due_bucket("").removeprefix(store.keys.prefix)
     for raw in client.scan_iter(match=f"{store.keys.prefix}*", count=1_000):
         name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        size = client.memory_usage(name, samples=0)
-        usage[name.removeprefix(store.keys.prefix)] = int(size or 0)
-    return dict(sorted(usage.items()))
+        size = int(client.memory_usage(name, samples=0) or 0)
+        name = name.removeprefix(store.keys.prefix)
+        if name.startswith(bucket_prefix):  # the delayed set's buckets: one line for all
+            buckets += 1
+            name = f"{bucket_prefix}* ({{buckets}} buckets)"
+        usage[name] = usage.get(name, 0) + size
+    return {k.format(buckets=f"{buckets:,}"): v for k, v in sorted(usage.items())}
 
 
 def add_jobs(store: Store, jobs: int, body_bytes: int, rng: random.Random) -> float:

@@ -59,7 +59,10 @@ TARGET_RATIO = 0.2  # issue 15: within 20% of the same at 10,000 pending
 TARGET_BYTES = 300  # issue 15: <= 300 B per pending job without the audit stream
 
 # What each key is, by its name after the shard prefix (actors/_constants.py).
-STRUCTURES = {"jobs": "job pool (HASH)", "delayed": "due times (ZSET)", "audit": "audit STREAM"}
+STRUCTURES = {"jobs": "job pool (HASH)", "due": "due times' index (ZSET)", "audit": "audit STREAM"}
+# The delayed set's buckets (lua/_delayed.lua), summed as one line.
+BUCKETS = "due:*"
+STRUCTURES[BUCKETS] = "due times, in buckets (ZSETs)"
 STRUCTURES["history"] = "history index (HASH)"
 STRUCTURES["history-previous"] = "history index, previous generation (HASH)"
 
@@ -116,6 +119,9 @@ def usage_samples(elements: int) -> int:
 def key_usage(server: BenchServer, store: Store) -> list[KeyUsage]:
     client, found = server.client, []
     for name in STRUCTURES:
+        if name == BUCKETS:
+            found.append(bucket_usage(server, store))
+            continue
         key = store.keys.prefix + name
         kind = client.type(key)
         kind = kind.decode() if isinstance(kind, bytes) else str(kind)
@@ -129,6 +135,24 @@ def key_usage(server: BenchServer, store: Store) -> list[KeyUsage]:
             KeyUsage(name, elements, int(used or 0), samples, time.perf_counter() - started)
         )
     return found
+
+
+def bucket_usage(server: BenchServer, store: Store) -> KeyUsage:
+    """MEMORY USAGE of every bucket of the delayed set, summed (each is small: SAMPLES 0)."""
+    client, started = server.client, time.perf_counter()
+    index: Any = client.zrange(store.keys.delayed, 0, -1)
+    names = [n.decode() for n in index]
+    elements = used = 0
+    for first in range(0, len(names), 1_000):
+        pipe = client.pipeline(transaction=False)
+        for name in names[first : first + 1_000]:
+            pipe.zcard(store.keys.due_bucket(name))
+            pipe.memory_usage(store.keys.due_bucket(name), samples=0)
+        replies = pipe.execute()
+        server.own_commands += len(replies)
+        elements += sum(int(n) for n in replies[::2])
+        used += sum(int(b or 0) for b in replies[1::2])
+    return KeyUsage(BUCKETS, elements, used, 0, time.perf_counter() - started)
 
 
 def memory_fields(pending: int, grown: int, usage: list[KeyUsage]) -> dict[str, Any]:

@@ -10,7 +10,10 @@ redis-server under callgrind and drives one delayed job's life through the Store
 zeroing the counters before each phase and reading them after it (``callgrind_control``), so each
 script's instructions per job are its own: its Lua, the commands it calls, and reading the request
 and writing the reply. ``--lua DIR`` adds the scripts of another directory (an older checkout's
-``lua/``) as a variant beside this checkout's, each on a fresh server.
+``lua/``) as a variant beside this checkout's, each on a fresh server. ``--due-order`` says how
+the jobs' due times fall: all at one moment (the default, as before 2026-11-28), one ms apart in
+the order added, or at random; the last two spread the delayed set over many buckets
+(lua/_delayed.lua), as a queue in use does.
 
 Needs valgrind (Debian's package ``valgrind``) and a redis-server; about 30 s per variant at the
 defaults (valgrind runs Redis some 50 times slower).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import stat
 import subprocess
@@ -90,7 +94,19 @@ def _instructions(pid: int) -> int:
     return sum(counts)
 
 
-def _warm_up(store: Store, batch: int) -> None:
+def _offsets(order: str, count: int, span_ms: int, seed: int) -> list[int]:
+    """Each job's due time after the first, in ms: all at once ("same"), one ms apart in the
+    order they are added ("ascending", as jobs given one delay arrive), or spread at random
+    over ``span_ms`` ("random")."""
+    if order == "same":
+        return [0] * count
+    if order == "ascending":
+        return list(range(count))
+    rng = random.Random(seed)
+    return [rng.randrange(span_ms) for _ in range(count)]
+
+
+def _warm_up(store: Store, batch: int, due_order: str = "same") -> None:
     """Loads every script and grows each key past Redis's small encodings before counting.
 
     A hash of at most 512 fields (a sorted set: 128 members) is a listpack, searched entry by
@@ -101,7 +117,10 @@ def _warm_up(store: Store, batch: int) -> None:
     lua/_lib.lua) the current generation of the index.
     """
     later_ms = 365 * 24 * 3_600_000
-    parked = [store.new_job("parked", f"p{n}", _BODY, delay_ms=later_ms) for n in range(_WARM)]
+    parked = [
+        store.new_job("parked", f"p{n}", _BODY, delay_ms=later_ms + offset)
+        for n, offset in enumerate(_offsets(due_order, _WARM, later_ms, seed=2))
+    ]
     store.add_many(parked + [store.new_job("warm", f"w{n}", _BODY) for n in range(_WARM)])
     for round_size in (1, _WARM - 1):
         leases = store.lease("warm", round_size, "instructions")
@@ -110,8 +129,17 @@ def _warm_up(store: Store, batch: int) -> None:
     store.carry(batch)
 
 
-def count(lua: Path, label: str, jobs: int, add_batch: int, batch: int, redis_server: str) -> Count:
-    """Instructions per job of each phase, for the scripts in ``lua``, on a fresh server."""
+def count(
+    lua: Path,
+    label: str,
+    jobs: int,
+    add_batch: int,
+    batch: int,
+    redis_server: str,
+    due_order: str = "same",
+) -> Count:
+    """Instructions per job of each phase, for the scripts in ``lua``, on a fresh server;
+    ``due_order`` as in ``_offsets``."""
     with tempfile.TemporaryDirectory(prefix="redelay-instructions-") as tmp:
         binary = _callgrind_binary(Path(tmp), redis_server)
         # hz 1: Redis's timed housekeeping (serverCron) would otherwise run ten times a second,
@@ -124,7 +152,8 @@ def count(lua: Path, label: str, jobs: int, add_batch: int, batch: int, redis_se
             client = redis.Redis.from_url(server.url, socket_timeout=600)
             store = Store(client, "instructions", clock)
             use_scripts(store, lua)
-            _warm_up(store, batch)
+            _warm_up(store, batch, due_order)
+            offsets = _offsets(due_order, jobs, _DELAY_MS, seed=1)
 
             def phase(work: Callable[[], int]) -> float:
                 _control(pid, "-z")
@@ -143,7 +172,10 @@ def count(lua: Path, label: str, jobs: int, add_batch: int, batch: int, redis_se
                     return 0
                 ids = range(start, min(start + add_batch, jobs))
                 store.add_many(
-                    [store.new_job("t", f"job-{n:08d}", _BODY, delay_ms=_DELAY_MS) for n in ids]
+                    [
+                        store.new_job("t", f"job-{n:08d}", _BODY, delay_ms=_DELAY_MS + offsets[n])
+                        for n in ids
+                    ]
                 )
                 return len(ids)
 
@@ -165,7 +197,7 @@ def count(lua: Path, label: str, jobs: int, add_batch: int, batch: int, redis_se
                 return len(chunk)
 
             per_job = {"add": phase(add)}
-            clock.advance(_DELAY_MS)
+            clock.advance(_DELAY_MS + max(offsets))
             per_job["carry"] = phase(lambda: store.carry(batch)[0])
             per_job["lease"] = phase(lease_and_keep)
             per_job["ack"] = phase(ack)
@@ -193,6 +225,13 @@ def main() -> None:
     parser.add_argument("--add-batch", type=int, default=200, help="jobs per add_many call")
     parser.add_argument("--batch", type=int, default=100, help="jobs per carry, lease, ack")
     parser.add_argument("--lua", type=Path, action="append", default=[], help="another lua/")
+    parser.add_argument(
+        "--due-order",
+        choices=("same", "ascending", "random"),
+        default="same",
+        help="the jobs' due times: all at once (the default), one ms apart as added, or at random"
+        " over a minute (the parked jobs then over a year)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
@@ -201,7 +240,7 @@ def main() -> None:
     variants = {"this checkout": lua_dir(), **{str(p): p for p in args.lua}}
     redis_server = find_redis_server()
     counts = [
-        count(path, label, args.jobs, args.add_batch, args.batch, redis_server)
+        count(path, label, args.jobs, args.add_batch, args.batch, redis_server, args.due_order)
         for label, path in variants.items()
     ]
     if args.json:

@@ -43,6 +43,7 @@ def every_call() -> list[calls.ScriptCall]:
         calls.purge(KEYS, AT, ["t|a"]),
         calls.inspect(KEYS, AT, "t|a"),
         calls.history(KEYS, AT, "t|a"),
+        calls.delayed_layout(KEYS, AT),
         calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, (5, "t|a")),
         schedule_calls.schedule(KEYS, AT, "s", b"spec", 0, blobs["t"], [5_000]),
         schedule_calls.unschedule(KEYS, AT, "s"),
@@ -94,7 +95,10 @@ def test_parsers_type_the_replies() -> None:
 
 def test_list_page_reads_the_states_structure_and_parses_positions() -> None:
     delayed = calls.list_page(KEYS, AT, "t", State.DELAYED, 10, 100, None)
-    assert delayed.keys[0] == KEYS.delayed and delayed.args[4:] == ["t", "zset", 10, 100, "", ""]
+    assert delayed.keys[0] == KEYS.delayed
+    assert delayed.args[4:] == ["t", "delayed", 10, 100, "", ""]  # the buckets' index
+    leased = calls.list_page(KEYS, AT, "t", State.LEASED, 10, 100, None)
+    assert leased.keys[0] == KEYS.leased and leased.args[4:] == ["t", "zset", 10, 100, "", ""]
     ready = calls.list_page(KEYS, AT, "t", State.READY, 10, 100, (None, "t|a"))
     assert ready.keys[0] == KEYS.ready("t") and ready.args[4:] == ["t", "list", 10, 100, "", "t|a"]
     blob = codec.pack(b"1", 9, 1, None, None, None)

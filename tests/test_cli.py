@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis
+from _tamper import move_due
 from _wait import wait_until
 
 import actors
@@ -361,7 +362,7 @@ def test_verify_agrees_then_finds_drift(cli: Cli, store: Store, redis_client: re
     assert ok["anomaly_count"] == 0
     assert "agree" in cli("verify").stdout
     # Change the live state behind the scripts' back: the log no longer explains it.
-    redis_client.zadd(store.keys.delayed, {member("t", "1"): 12345})
+    move_due(redis_client, store.keys, member("t", "1"), 12345)
     drift = cli.json("verify", code=1)
     assert drift["ok"] is False
     assert drift["drift"] == [

@@ -35,7 +35,9 @@ _AUDIT_CALL_RE = re.compile(r"audit\(k\.audit, '([a-z_]+)'")
 _RETRY_CALL_RE = re.compile(r"end_failed_attempt\([^)']*'([a-z_]+)'")
 _HEADER_EVENT_RE = re.compile(r"([a-z_]+) \{")
 _HEADER_SECTION_RE = re.compile(r"^-- ([A-Z][a-z]+):", re.MULTILINE)
-_LUA_PREFIX_NAME_RE = re.compile(r"prefix \.\. ([A-Z_]+)( \.\. topic)?")
+# `prefix .. NAME`, `prefix .. NAME .. topic` (a ready list), `prefix .. NAME .. name` (a bucket)
+_LUA_PREFIX_NAME_RE = re.compile(r"prefix \.\. ([A-Z_]+)( \.\. (?:topic|name))?")
+_BUILT_PARTS = {"": "", " .. topic": "<topic>", " .. name": "<n>"}
 _LUA_PREFIX_LITERAL_RE = re.compile(r"prefix \.\. ['\"]")
 _KEY_ROW_RE = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
 
@@ -272,7 +274,7 @@ def key_names_in_code() -> list[str]:
     # Names the scripts build themselves, e.g. `prefix .. READY_KEY_PREFIX .. topic`.
     for path in sorted(lua_dir().glob("*.lua")):
         for constant, topic in _LUA_PREFIX_NAME_RE.findall(path.read_text()):
-            shard_keys.add(f"<prefix>{getattr(c, constant)}" + ("<topic>" if topic else ""))
+            shard_keys.add(f"<prefix>{getattr(c, constant)}" + _BUILT_PARTS[topic])
     namespace_keys = [config_key("<namespace>"), workers_key("<namespace>")]
     return [*sorted(shard_keys), *namespace_keys, worker_key("<namespace>", "<name>")]
 
@@ -288,6 +290,9 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
             "READY_CHANNEL",
             "SLOT_PROBE_KEY",
             "SCHEDULES_KEY",
+            "DUE_BUCKET_PREFIX",  # the delayed set's buckets (lua/_delayed.lua)
+            "LEGACY_DELAYED_KEY",
+            "SEQ_KEY",
         ]
     )
 

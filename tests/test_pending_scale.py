@@ -43,9 +43,11 @@ def test_one_run_per_pending_size_with_memory_per_structure(result: dict[str, An
         # below.)
         assert memory["bytes_per_pending_job_without_stream_and_index_exact"] > 0
         keys = {k["key"]: k for k in memory["keys"]}
-        assert set(keys) == {"jobs", "delayed", "audit", "history", "history-previous"}
-        # Every pending job is in the pool and the due ZSET; each has its `added` audit entry.
-        assert keys["jobs"]["elements"] == keys["delayed"]["elements"] == run["pending"]
+        assert set(keys) == {"jobs", "due", "due:*", "audit", "history", "history-previous"}
+        # Every pending job is in the pool and the delayed set's buckets, which the index lists;
+        # each has its `added` audit entry.
+        assert keys["jobs"]["elements"] == keys["due:*"]["elements"] == run["pending"]
+        assert 0 < keys["due"]["elements"] <= run["pending"]
         assert keys["audit"]["elements"] >= run["pending"]
         # A pending job's `added` id is in its record (field h), not in the index: the fill leaves
         # no index field per job, only the warm-up job's and a generation's start.

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from _tamper import move_due, take_out
 from _wait import wait_until
 
 from actors.clock import FakeClock
@@ -106,14 +107,14 @@ def drift_after(store: Store, tamper: str) -> list[Drift]:
     """Runs busy_store's jobs, then changes Redis behind the scripts' back."""
     k = store.keys
     client = store.client
-    if tamper == "zadd-due":  # a delayed job's due time moved
-        client.zadd(k.delayed, {"t|c": 1})
+    if tamper == "zadd-due":  # a delayed job's due time moved, everywhere the scripts keep it
+        move_due(client, k, "t|c", 1)
     elif tamper == "zadd-ready-job":  # a ready job also put in the delayed set
         store.add(store.new_job("t", "r"))
-        client.zadd(k.delayed, {"t|r": 1})
+        client.zadd(k.legacy_delayed, {"t|r": 1})
     elif tamper == "lost-job":  # a record deleted
         client.hdel(k.jobs, "t|c")
-        client.zrem(k.delayed, "t|c")
+        take_out(client, k, "t|c")
     elif tamper == "ghost":  # a member with no record pushed onto a ready list
         client.rpush(k.ready("t"), "t|ghost")
     elif tamper == "token":  # a lease token overwritten

@@ -12,7 +12,7 @@ from actors.server.embedded import find_redis_server
 from actors.storage.scripts import lua_dir
 from simulations import script_instructions
 
-pytestmark = pytest.mark.skipif(
+needs_valgrind = pytest.mark.skipif(
     shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
     reason="valgrind (Debian's valgrind package) is not installed",
 )
@@ -21,7 +21,9 @@ SIZES = {"jobs": 300, "add_batch": 100, "batch": 50}
 
 
 def _count(lua: Path, label: str) -> script_instructions.Count:
-    return script_instructions.count(lua, label, redis_server=find_redis_server(), **SIZES)
+    return script_instructions.count(
+        lua, label, SIZES["jobs"], SIZES["add_batch"], SIZES["batch"], find_redis_server()
+    )
 
 
 def _with_every_entry_written_twice(into: Path) -> Path:
@@ -35,6 +37,7 @@ def _with_every_entry_written_twice(into: Path) -> Path:
     return into
 
 
+@needs_valgrind
 def test_counts_repeat_and_grow_with_the_work_the_scripts_do(tmp_path: Path) -> None:
     first = _count(lua_dir(), "this checkout")
     again = _count(lua_dir(), "again")
@@ -48,3 +51,11 @@ def test_counts_repeat_and_grow_with_the_work_the_scripts_do(tmp_path: Path) -> 
         assert doubled.per_job[phase] > first.per_job[phase] * 1.05
     text = script_instructions.report([first, doubled], 100, 50)
     assert "this checkout" in text and "twice" in text and "+" in text.splitlines()[-1]
+
+
+def test_due_orders_give_each_job_its_offset() -> None:
+    assert script_instructions._offsets("same", 4, 1_000, seed=1) == [0, 0, 0, 0]
+    assert script_instructions._offsets("ascending", 4, 1_000, seed=1) == [0, 1, 2, 3]
+    spread = script_instructions._offsets("random", 500, 1_000, seed=1)
+    assert spread == script_instructions._offsets("random", 500, 1_000, seed=1)  # seeded
+    assert all(0 <= x < 1_000 for x in spread) and len(set(spread)) > 300

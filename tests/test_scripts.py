@@ -35,6 +35,7 @@ TRANSITIONS = {
     "purge",
     "inspect",
     "list",
+    "delayed",
     "history",
     "schedule",
     "unschedule",

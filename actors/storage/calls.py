@@ -204,6 +204,11 @@ def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     )
 
 
+def delayed_layout(keys: ShardKeys, at: CallTime) -> ScriptCall:
+    """The whole delayed set as its buckets keep it (lua/delayed-1.lua), for snapshots."""
+    return ScriptCall("delayed", [keys.delayed], at.common(keys))
+
+
 def history(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     """One job's audit entries, read through the shard's per-job index and, for a stored job,
     the id of its ``added`` entry its record keeps (lua/history-4.lua)."""
@@ -237,7 +242,7 @@ def list_page(
     k = keys
     where = {State.DELAYED: k.delayed, State.LEASED: k.leased, State.DEAD: k.dead}.get(state)
     score, last = ("", "") if after is None else ("" if after[0] is None else after[0], after[1])
-    kind = "list" if where is None else "zset"
+    kind = "list" if where is None else "delayed" if state is State.DELAYED else "zset"
     return ScriptCall(
         "list",
         [k.ready(topic) if where is None else where, k.jobs, k.tokens],

@@ -29,7 +29,17 @@ class ShardKeys:
 
     @property
     def delayed(self) -> str:
+        """The delayed set's index ZSET (bucket -> earliest due time; lua/_delayed.lua)."""
         return self.prefix + c.DELAYED_KEY
+
+    def due_bucket(self, name: str) -> str:
+        """One bucket of the delayed set: a ZSET of member -> due time (ms)."""
+        return self.prefix + c.DUE_BUCKET_PREFIX + name
+
+    @property
+    def legacy_delayed(self) -> str:
+        """The delayed set of redelay before the buckets, drained by carry (lua/_delayed.lua)."""
+        return self.prefix + c.LEGACY_DELAYED_KEY
 
     @property
     def leased(self) -> str:

@@ -1,4 +1,5 @@
-"""Plain reads of a namespace's shards (no script): dead keys, audit streams, snapshots.
+"""Plain reads of a namespace's shards: dead keys, audit streams, snapshots (the delayed set by
+its read-only script).
 
 Each function takes the client and the keys of the shards it reads, so the store can hand it one
 shard or all of them. Streams of several shards are merged in time order (the ``ms`` field, then
@@ -12,14 +13,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from actors.lifecycle import State
-from actors.storage import codec
+from actors.storage import calls, codec
 from actors.storage.calls import decoded, job_info
 from actors.storage.keys import ShardKeys, split_member
+from actors.storage.scripts import sources
 from actors.values import AuditEntry, Snapshot
 
 # A new topic between reading the topic list and the MULTI leaves its ready list unread; the
 # read is repeated then. Topics appear rarely, so a few tries always suffice in practice.
 _SNAPSHOT_ATTEMPTS = 20
+# The read-only scripts use no clock and trim nothing.
+_READ_ONLY = calls.CallTime(now_ms=0, trim_kind="NONE", trim_threshold="0")
 
 
 def dead_keys(
@@ -94,35 +98,89 @@ def read_snapshot(client: Any, keys: ShardKeys) -> tuple[Snapshot, str | None]:
 
     Everything is read in one MULTI, so the snapshot is the state right after that entry (every
     transition writes its event in the same script as its change). A delayed job's due time is
-    its score in the delayed set: that is what carry acts on.
+    its score in the delayed set: that is what carry acts on. The delayed set's buckets are read
+    whole (lua/delayed-1.lua) and their invariants checked: a break is a problem of the jobs
+    it concerns.
     """
     for _ in range(_SNAPSHOT_ATTEMPTS):
         topics = sorted(decoded(t) for t in client.hkeys(keys.topics))
         pipe = client.pipeline(transaction=True)
         pipe.hkeys(keys.topics)
         pipe.hgetall(keys.jobs)
-        pipe.zrange(keys.delayed, 0, -1, withscores=True)
+        # EVAL by name: redis-py's cluster pipeline has no eval() of its own.
+        pipe.execute_command("EVAL", *_eval_args(calls.delayed_layout(keys, _READ_ONLY)))
         pipe.zrange(keys.leased, 0, -1, withscores=True)
         pipe.hgetall(keys.tokens)
         pipe.zrange(keys.dead, 0, -1, withscores=True)
         pipe.xrevrange(keys.audit, "+", "-", count=1)
         for t in topics:
             pipe.lrange(keys.ready(t), 0, -1)
-        topics_now, jobs_raw, delayed, leased, tokens_raw, dead, last, *ready = pipe.execute()
+        topics_now, jobs_raw, layout, leased, tokens_raw, dead, last, *ready = pipe.execute()
         if sorted(decoded(t) for t in topics_now) != topics:
             continue
         last_id = decoded(last[0][0]) if last else None
+        delayed, layout_problems = _delayed_entries(layout)
         snapshot = _snapshot(
             topics,
             _as_mapping(jobs_raw),
-            _as_scored(delayed),
+            delayed,
             _as_scored(leased),
             _as_mapping(tokens_raw),
             _as_scored(dead),
             ready,
         )
+        for where, text in layout_problems:
+            snapshot.problems.setdefault(where, []).append(text)
         return snapshot, last_id
     raise RuntimeError(f"the topics of {keys.prefix} changed during {_SNAPSHOT_ATTEMPTS} reads")
+
+
+def delayed_entries(client: Any, keys: ShardKeys) -> list[tuple[str, int]]:
+    """One shard's delayed jobs as (member, due ms), in due order (the legacy ZSET's last)."""
+    layout = client.execute_command("EVAL", *_eval_args(calls.delayed_layout(keys, _READ_ONLY)))
+    return [(decoded(m), int(due)) for m, due in _delayed_entries(layout)[0]]
+
+
+def _eval_args(call: calls.ScriptCall) -> list[Any]:
+    """EVAL's arguments for ``call``: the source, not its SHA, so a MULTI needs no SCRIPT LOAD."""
+    return [sources()[call.name][1], len(call.keys), *call.keys, *call.args]
+
+
+def _delayed_entries(
+    layout: list[Any],
+) -> tuple[list[tuple[Any, float]], list[tuple[tuple[str, str], str]]]:
+    """The delayed set's (member, due) from ``delayed-1.lua``'s reply, with the breaks of the
+    buckets' invariants (lua/_delayed.lua) as ((topic, id), text)."""
+    entries: list[tuple[Any, float]] = []
+    problems: list[tuple[tuple[str, str], str]] = []
+    previous_last: float | None = None
+    for name_raw, score_raw, flat in layout[:-1]:
+        name, score = decoded(name_raw), float(score_raw)
+        bucket = _as_scored(flat)
+        if not bucket:
+            problems.append((("(delayed set)", name), f"bucket {name} is empty but indexed"))
+            continue
+        first = split_member(decoded(bucket[0][0]))
+        if bucket[0][1] != score:
+            problems.append(
+                (
+                    first,
+                    f"first in bucket {name}, due {bucket[0][1]:.0f}, "
+                    f"but the index says {score:.0f}",
+                )
+            )
+        if previous_last is not None and bucket[0][1] <= previous_last:
+            problems.append(
+                (
+                    first,
+                    f"in bucket {name}, due {bucket[0][1]:.0f}, not after the "
+                    f"bucket before it (last due {previous_last:.0f})",
+                )
+            )
+        previous_last = bucket[-1][1]
+        entries.extend(bucket)
+    entries.extend(_as_scored(layout[-1]))
+    return entries, problems
 
 
 # redis-py's cluster client before 8.0 runs a MULTI's commands without their reply callbacks:
@@ -182,6 +240,9 @@ def _snapshot(
         state = where.get(name, State.READY)
         record = codec.unpack(blob)
         if state == State.DELAYED:
+            if record["d"] != due[name]:
+                # The delayed set finds a job's bucket by the due time its record keeps.
+                problem(name, f"due {record['d']} in its record, {due[name]} in the delayed set")
             record["d"] = due[name]
         snapshot.jobs[(t, i)] = job_info(
             t, i, state, record, tokens.get(name), deadlines.get(name), dead_since.get(name)

@@ -780,7 +780,11 @@ class Store(ShardPlan):
 
     @_cluster_errors
     def earliest_due_ms(self) -> int | None:
-        return self._earliest(lambda keys: keys.delayed)
+        # The index's first score is its first bucket's earliest due time; jobs of an older
+        # redelay may still wait in the legacy ZSET (lua/_delayed.lua).
+        buckets = self._earliest(lambda keys: keys.delayed)
+        legacy = self._earliest(lambda keys: keys.legacy_delayed)
+        return min((due for due in (buckets, legacy) if due is not None), default=None)
 
     @_cluster_errors
     def earliest_deadline_ms(self) -> int | None:

@@ -179,6 +179,15 @@ def memory_table(runs: Sequence[dict[str, Any]]) -> str:
             text += f" ({num(found.get('elements'))} entries)"
         return text
 
+    def due_cell(by_key: dict[str, Any]) -> str:
+        if "due:*" not in by_key:  # runs before the buckets: one `delayed` ZSET
+            return key_cell(by_key, "delayed")
+        parts = [by_key.get(name) or {} for name in ("due", "due:*")]
+        per_job = [p.get("bytes_per_pending_job") for p in parts]
+        if not all(isinstance(v, int | float) for v in per_job):
+            return MISSING
+        return f"{num(sum(per_job), 1)} (the index {num(per_job[0], 1)})"
+
     def index_cell(memory: dict[str, Any]) -> str:
         text = num(memory.get("bytes_per_pending_job_without_stream_and_index"), 1)
         exact = memory.get("bytes_per_pending_job_without_stream_and_index_exact")
@@ -191,7 +200,8 @@ def memory_table(runs: Sequence[dict[str, Any]]) -> str:
         ["without the stream and its history index (`<prefix>history`)"]
         + [index_cell(m) for m in memories],
         ["of which the job pool (`jobs` HASH)"] + [key_cell(k, "jobs") for k in keys],
-        ["the due times (`delayed` ZSET)"] + [key_cell(k, "delayed") for k in keys],
+        ["the due times (the delayed set: `due` and its buckets `due:<n>`; `delayed` before)"]
+        + [due_cell(k) for k in keys],
         ["the audit stream"] + [key_cell(k, "audit") for k in keys],
         ["the history index"] + [key_cell(k, "history") for k in keys],
     ]

@@ -1,0 +1,45 @@
+"""Changes to a shard's delayed set behind the scripts' back, for the tests of verify and replay.
+
+The delayed set is buckets under an index (lua/_delayed.lua); these edits keep its invariants,
+so what a test sees is the one change it made, not a broken layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import redis
+
+from actors.storage.calls import decoded
+from actors.storage.keys import ShardKeys
+
+
+def bucket_holding(client: redis.Redis, keys: ShardKeys, member: str) -> str:
+    """The name of the bucket that holds ``member``."""
+    for raw in client.zrange(keys.delayed, 0, -1):
+        bucket = decoded(raw)
+        if client.zscore(keys.due_bucket(bucket), member) is not None:
+            return bucket
+    raise AssertionError(f"{member} is in no bucket")
+
+
+def take_out(client: redis.Redis, keys: ShardKeys, member: str) -> None:
+    """Removes a delayed ``member`` from its bucket, as the scripts would (not its record)."""
+    bucket = bucket_holding(client, keys, member)
+    client.zrem(keys.due_bucket(bucket), member)
+    first = client.zrange(keys.due_bucket(bucket), 0, 0, withscores=True)
+    if first:
+        client.zadd(keys.delayed, {bucket: first[0][1]})
+    else:
+        client.zrem(keys.delayed, bucket)
+
+
+def move_due(client: redis.Redis, keys: ShardKeys, member: str, due_ms: int) -> None:
+    """Gives a delayed ``member`` another due time, in its record and in the delayed set (the
+    legacy ZSET, which the scripts read as part of the set, takes it)."""
+    take_out(client, keys, member)
+    client.zadd(keys.legacy_delayed, {member: due_ms})
+    blob: Any = client.hget(keys.jobs, member)
+    record = msgpack.unpackb(blob)
+    client.hset(keys.jobs, member, msgpack.packb({**record, "d": due_ms}, use_bin_type=False))

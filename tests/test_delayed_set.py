@@ -1,0 +1,206 @@
+"""The delayed set kept as small buckets under an index (lua/_delayed.lua), against a real Redis.
+
+Each test checks what users see (due order, listing, cancel, inspect, carry) and the layout
+itself: every bucket a listpack of at most DUE_BUCKET_MAX jobs, the snapshot free of problems
+(reads.py checks the buckets' invariants and each record's due time against its place).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from actors import _constants as c
+from actors.clock import FakeClock
+from actors.lifecycle import State
+from actors.storage import reads
+from actors.storage.calls import decoded
+from actors.storage.store import Store
+
+HOUR_MS = 3_600_000
+
+
+def buckets(store: Store) -> list[tuple[str, int, list[tuple[str, int]]]]:
+    """(name, index score, entries) of every bucket, in index order."""
+    client, keys = store.client, store.keys
+    found = []
+    index: Any = client.zrange(keys.delayed, 0, -1, withscores=True)
+    for raw, score in index:
+        name = decoded(raw)
+        entries: Any = client.zrange(keys.due_bucket(name), 0, -1, withscores=True)
+        found.append((name, int(score), [(decoded(m), int(s)) for m, s in entries]))
+    return found
+
+
+def assert_compact(store: Store) -> None:
+    """No problem in the snapshot, and every bucket Redis's compact encoding."""
+    assert store.snapshot().problems == {}
+    for name, _, entries in buckets(store):
+        assert 0 < len(entries) <= c.DUE_BUCKET_MAX, (name, len(entries))
+        encoding = decoded(store.client.object("encoding", store.keys.due_bucket(name)))
+        assert encoding in ("listpack", "ziplist"), (name, encoding)
+
+
+def add_due(store: Store, dues: dict[str, int], batch: int = 200) -> None:
+    jobs = [store.new_job("t", job_id, due_ms=due) for job_id, due in dues.items()]
+    for start in range(0, len(jobs), batch):
+        store.add_many(jobs[start : start + batch])
+
+
+def delayed_order(store: Store) -> list[str]:
+    return [member for member, _ in reads.delayed_entries(store.client, store.keys)]
+
+
+def expected_order(dues: dict[str, int]) -> list[str]:
+    return [f"t|{job_id}" for job_id, _ in sorted(dues.items(), key=lambda kv: (kv[1], kv[0]))]
+
+
+def test_jobs_added_in_random_order_stay_in_due_order_in_small_listpack_buckets(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    rng = random.Random(7)
+    now = fake_clock.now_ms()
+    dues = {f"j{n:05d}": now + rng.randrange(1, 30 * 24 * HOUR_MS) for n in range(3_000)}
+    add_due(store, dues)
+    assert delayed_order(store) == expected_order(dues)
+    assert len(buckets(store)) >= 3_000 // c.DUE_BUCKET_MAX
+    assert_compact(store)
+    assert store.earliest_due_ms() == min(dues.values())
+
+
+def test_jobs_added_in_due_order_fill_their_buckets_without_rewriting_them(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    now = fake_clock.now_ms()
+    dues = {f"j{n:05d}": now + 1_000 + n for n in range(1_000)}
+    add_due(store, dues, batch=10)
+    sizes = [len(entries) for _, _, entries in buckets(store)]
+    # Appends start a new bucket only when the last one is full: every bucket but the last is.
+    assert sizes[:-1] == [c.DUE_BUCKET_MAX] * (len(sizes) - 1), sizes
+    assert delayed_order(store) == expected_order(dues)
+    assert_compact(store)
+
+
+def test_a_burst_due_at_one_moment_is_never_cut_and_moves_in_member_order(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    now = fake_clock.now_ms()
+    due = now + 1_000
+    dues = {f"b{n:04d}": due for n in range(400)}
+    dues |= {"early": due - 1, "late": due + 1}
+    add_due(store, dues, batch=50)
+    holding = [sum(d == due for _, d in entries) for _, _, entries in buckets(store)]
+    assert sorted(holding)[-1] == 400  # one bucket holds them all: a cut would split a due time
+    assert store.snapshot().problems == {}
+    assert store.cancel("t", "b0123") == "removed"
+    fake_clock.advance(1_000)
+    moved: list[str] = []
+    while (count := store.carry(limit=150)[0]) > 0:
+        moved.extend(lease.id for lease in store.lease("t", count))
+    ordered = sorted(dues, key=lambda j: (dues[j], j))
+    assert moved == [j for j in ordered if j not in ("late", "b0123")]
+    assert delayed_order(store) == ["t|late"]
+    assert store.snapshot().problems == {}
+
+
+@pytest.mark.parametrize("which", ["first", "middle", "only"])
+def test_cancel_takes_a_job_out_of_its_bucket_and_keeps_the_index_right(
+    store: Store, fake_clock: FakeClock, which: str
+) -> None:
+    now = fake_clock.now_ms()
+    count = 1 if which == "only" else 300
+    dues = {f"j{n:04d}": now + 10_000 + 7 * n for n in range(count)}
+    add_due(store, dues)
+    before = buckets(store)
+    _, _, entries = before[0] if which != "middle" else before[1]
+    victim = entries[0][0] if which != "middle" else entries[len(entries) // 2][0]
+    assert store.get("t", victim.split("|")[1]).state is State.DELAYED  # type: ignore[union-attr]
+    assert store.cancel("t", victim.split("|")[1]) == "removed"
+    assert store.get("t", victim.split("|")[1]) is None
+    del dues[victim.split("|")[1]]
+    assert delayed_order(store) == expected_order(dues)
+    if which == "only":
+        assert buckets(store) == []
+        assert store.earliest_due_ms() is None
+    else:
+        assert store.earliest_due_ms() == min(dues.values())
+    assert_compact(store)
+
+
+def test_listing_pages_through_many_buckets_in_due_order(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    rng = random.Random(3)
+    now = fake_clock.now_ms()
+    dues = {f"j{n:04d}": now + 1_000 + rng.randrange(0, 400) for n in range(700)}
+    add_due(store, dues)
+    store.add(store.new_job("other", "x", due_ms=now + 1_200))  # another topic's job, skipped
+    listed: list[str] = []
+    after = None
+    while True:
+        page = store.jobs("t", State.DELAYED, after=after, limit=37)
+        listed.extend(f"t|{job.id}" for job in page.jobs)
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert listed == expected_order(dues)
+
+
+def make_legacy(store: Store) -> None:
+    """Moves every bucketed job into the legacy ZSET, as an older redelay kept them."""
+    client, keys = store.client, store.keys
+    for name, _, entries in buckets(store):
+        client.zadd(keys.legacy_delayed, dict(entries))
+        client.delete(keys.due_bucket(name))
+    client.delete(keys.delayed)
+
+
+def test_jobs_of_an_older_redelay_are_found_listed_cancelled_and_carried_in_due_order(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    now = fake_clock.now_ms()
+    old = {f"old{n:03d}": now + 1_000 + 2 * n for n in range(300)}
+    add_due(store, old)
+    make_legacy(store)
+    new = {f"new{n:03d}": now + 1_001 + 2 * n for n in range(300)}
+    add_due(store, new)
+    dues = old | new
+    assert store.get("t", "old007").state is State.DELAYED  # type: ignore[union-attr]
+    assert store.cancel("t", "old007") == "removed"
+    del dues["old007"]
+    assert store.earliest_due_ms() == now + 1_000
+    assert store.snapshot().problems == {}
+    listed: list[str] = []
+    after = None
+    while True:
+        page = store.jobs("t", State.DELAYED, after=after, limit=50)
+        listed.extend(f"t|{job.id}" for job in page.jobs)
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert listed == expected_order(dues)
+    fake_clock.advance(1_000 + 2 * 150)
+    moved: list[str] = []
+    while (count := store.carry(limit=100)[0]) > 0:
+        moved.extend(lease.id for lease in store.lease("t", count))
+    due_now = {j: d for j, d in dues.items() if d <= fake_clock.now_ms()}
+    assert moved == [j.split("|")[1] for j in expected_order(due_now)]
+    # Each carry moved a slice of the legacy set into buckets; what is left of it waits there.
+    assert store.client.zcard(store.keys.legacy_delayed) < 300
+    assert store.snapshot().problems == {}
+
+
+def test_carry_drains_the_legacy_set_into_buckets(store: Store, fake_clock: FakeClock) -> None:
+    now = fake_clock.now_ms()
+    dues = {f"j{n:04d}": now + HOUR_MS + n for n in range(1_000)}
+    add_due(store, dues)
+    make_legacy(store)
+    carries = 0
+    while store.client.exists(store.keys.legacy_delayed):
+        assert store.carry(limit=300)[0] == 0  # nothing is due: the slices only move
+        carries += 1
+    assert carries == 4
+    assert delayed_order(store) == expected_order(dues)
+    assert_compact(store)

@@ -1,8 +1,9 @@
 -- The delayed set: every job waiting for its due time, ordered by (due ms, member).
 -- It is kept as small ZSETs of consecutive due times, the buckets <prefix>due:<n>, under an index
 -- ZSET <prefix>due (bucket number n -> the bucket's earliest due time). Why: Redis stores a ZSET
--- of at most 128 entries of at most 64 bytes as one listpack, about 34 bytes a job against about
--- 127 in one big ZSET (its skiplist node and dict entry), a quarter of a pending job's memory
+-- of at most 128 entries of at most 64 bytes as one listpack; in buckets of at most
+-- DUE_BUCKET_MAX (64) a job costs about 41 bytes with its share of the index, against about 120
+-- in one big ZSET (its skiplist node and dict entry), a quarter of a pending job's memory
 -- (docs/redis-layout.md#the-delayed-set).
 -- Invariants every function here keeps:
 --   * a bucket is never empty, and its index score is its earliest due time;
@@ -33,14 +34,6 @@ local function bucket_for(index, due_text)
   if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
   if #found == 0 then return nil, nil end
   return found[1], tonumber(found[2])
-end
-
--- The score of the bucket after the one scored `score` (nil: it is the last).
-local function next_bucket_score(index, score)
-  local found = rcall('ZRANGEBYSCORE', index, '(' .. integer_text(score), '+inf', 'WITHSCORES',
-                      'LIMIT', 0, 1)
-  if #found == 0 then return nil end
-  return tonumber(found[2])
 end
 
 -- After entries left bucket `name` (score `score` before): drop it from the index when empty,
@@ -80,7 +73,7 @@ local function write_pieces(index, entries, size, first_name)
   end
 end
 
--- Adds `group` ({due, due text, member}, any order) to bucket `name` scored `score`. A bucket
+-- Adds `group` ({due, due text, member}, in due order) to bucket `name` scored `score`. A bucket
 -- that would pass DUE_BUCKET_MAX entries (and so stop being a listpack) is not grown past it: a
 -- group later than all of it (jobs added in due order) fills it up and starts new buckets with
 -- the rest; otherwise the bucket and the group are rewritten as pieces of DUE_BUCKET_FILL.
@@ -97,7 +90,6 @@ local function add_to_bucket(index, name, score, group)
     if lowest[1] < score then rcall('ZADD', index, lowest[2], name) end
   end
   if size + #group <= DUE_BUCKET_MAX then return grow() end
-  table.sort(group, by_due)
   local last = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
   if group[1][1] > tonumber(last[2]) then
     -- Later than all of the bucket: fill it up, and the rest starts new buckets after it.
@@ -132,36 +124,65 @@ local function add_to_bucket(index, name, score, group)
 end
 
 -- Adds `entries` ({due ms, due as text, member}, any order; none of them delayed already) to the
--- delayed set, with one ZADD per bucket they fall in. Entries in due order, as most adds are,
--- find their bucket once per bucket, not once per job.
+-- delayed set, with one ZADD per bucket they fall in. They are taken in due order (sorted here
+-- when they come in another), so that jobs sharing buckets find them with one read of the index.
 local function delayed_insert(index, entries)
-  local groups, order, scores = {}, {}, {}
-  local name, low, high = nil, nil, nil  -- the bucket of the last entry, and its range [low, high)
-  for _, entry in ipairs(entries) do
-    local due = entry[1]
-    if name == nil or due < low or (high ~= nil and due >= high) then
-      local score
-      name, score = bucket_for(index, entry[2])
-      if name == nil then
-        -- No bucket at all: this call's entries make the first ones.
-        local all = {}
-        for j, e in ipairs(entries) do all[j] = e end
-        table.sort(all, by_due)
-        write_pieces(index, all, DUE_BUCKET_MAX, nil)
-        return
-      end
-      low, high = score, next_bucket_score(index, score)
-      if due < score then low = -math.huge end  -- the first bucket: it takes everything earlier
-      if not groups[name] then
-        groups[name] = {}
-        order[#order + 1] = name
-        scores[name] = score
-      end
+  if #entries == 0 then return end
+  for j = 2, #entries do
+    if entries[j][1] < entries[j - 1][1] then
+      local sorted = {}
+      for i, entry in ipairs(entries) do sorted[i] = entry end
+      table.sort(sorted, by_due)
+      entries = sorted
+      break
     end
+  end
+  local groups, order, scores = {}, {}, {}
+  local function put(name, score, entry)
     local group = groups[name]
+    if not group then
+      group = {}
+      groups[name], scores[name] = group, score
+      order[#order + 1] = name
+    end
     group[#group + 1] = entry
   end
+  local name, score = bucket_for(index, entries[1][2])
+  if name == nil then
+    -- No bucket at all: this call's entries make the first ones.
+    write_pieces(index, entries, DUE_BUCKET_MAX, nil)
+    return
+  end
+  local after = '(' .. integer_text(score)
+  local last = entries[#entries][2]
+  if #entries == 1 or rcall('ZCOUNT', index, after, last) > #entries then
+    -- Few jobs per bucket (one job, or jobs spread over a large set): one lookup each.
+    put(name, score, entries[1])
+    for j = 2, #entries do
+      name, score = bucket_for(index, entries[j][2])
+      put(name, score, entries[j])
+    end
+  else
+    -- Many jobs per bucket: the buckets the jobs fall in, read at once and walked in step.
+    local later = rcall('ZRANGEBYSCORE', index, after, last, 'WITHSCORES')
+    local next_at = 1
+    for _, entry in ipairs(entries) do
+      while later[next_at] and entry[1] >= tonumber(later[next_at + 1]) do
+        name, score = later[next_at], tonumber(later[next_at + 1])
+        next_at = next_at + 2
+      end
+      put(name, score, entry)
+    end
+  end
   for _, bucket in ipairs(order) do add_to_bucket(index, bucket, scores[bucket], groups[bucket]) end
+end
+
+-- The earliest due time in the buckets, or nil when there are none: what add and place compare a
+-- new job's due time with, to tell the carriers of an earlier one. Jobs still in the legacy
+-- ZSET are left out, which at worst sends a wake no carrier needed.
+local function delayed_first_bucket_due(index)
+  local first = rcall('ZRANGE', index, 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2])
 end
 
 -- The earliest due time in the delayed set (a number), or nil when it is empty.

@@ -47,7 +47,7 @@ end
 if resent == n then return {0} end
 if #existing > 1 then return existing end
 
-local earliest = delayed_earliest(k.delayed)
+local earliest = delayed_first_bucket_due(k.delayed)
 local records, delayed, ready_by_topic, counts = {}, {}, {}, {}
 local min_new_due = nil
 for j = 0, n - 1 do

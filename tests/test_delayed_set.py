@@ -53,6 +53,18 @@ def delayed_order(store: Store) -> list[str]:
     return [member for member, _ in reads.delayed_entries(store.client, store.keys)]
 
 
+def listed_delayed(store: Store, page_size: int) -> list[str]:
+    """Topic t's delayed jobs as the listing pages them, every page followed."""
+    listed: list[str] = []
+    after = None
+    while True:
+        page = store.jobs("t", State.DELAYED, after=after, limit=page_size)
+        listed.extend(f"t|{job.id}" for job in page.jobs)
+        if page.next_after is None:
+            return listed
+        after = page.next_after
+
+
 def expected_order(dues: dict[str, int]) -> list[str]:
     return [f"t|{job_id}" for job_id, _ in sorted(dues.items(), key=lambda kv: (kv[1], kv[0]))]
 
@@ -64,6 +76,12 @@ def test_jobs_added_in_random_order_stay_in_due_order_in_small_listpack_buckets(
     now = fake_clock.now_ms()
     dues = {f"j{n:05d}": now + rng.randrange(1, 30 * 24 * HOUR_MS) for n in range(3_000)}
     add_due(store, dues)
+    assert delayed_order(store) == expected_order(dues)
+    # Calls of a few jobs each into many buckets (one lookup per job), and of one job.
+    more = {f"k{n:05d}": now + rng.randrange(1, 30 * 24 * HOUR_MS) for n in range(300)}
+    add_due(store, more, batch=7)
+    store.add(store.new_job("t", "single", due_ms=now + 5))
+    dues |= more | {"single": now + 5}
     assert delayed_order(store) == expected_order(dues)
     assert len(buckets(store)) >= 3_000 // c.DUE_BUCKET_MAX
     assert_compact(store)
@@ -137,15 +155,7 @@ def test_listing_pages_through_many_buckets_in_due_order(
     dues = {f"j{n:04d}": now + 1_000 + rng.randrange(0, 400) for n in range(700)}
     add_due(store, dues)
     store.add(store.new_job("other", "x", due_ms=now + 1_200))  # another topic's job, skipped
-    listed: list[str] = []
-    after = None
-    while True:
-        page = store.jobs("t", State.DELAYED, after=after, limit=37)
-        listed.extend(f"t|{job.id}" for job in page.jobs)
-        if page.next_after is None:
-            break
-        after = page.next_after
-    assert listed == expected_order(dues)
+    assert listed_delayed(store, page_size=37) == expected_order(dues)
 
 
 def make_legacy(store: Store) -> None:
@@ -172,15 +182,7 @@ def test_jobs_of_an_older_redelay_are_found_listed_cancelled_and_carried_in_due_
     del dues["old007"]
     assert store.earliest_due_ms() == now + 1_000
     assert store.snapshot().problems == {}
-    listed: list[str] = []
-    after = None
-    while True:
-        page = store.jobs("t", State.DELAYED, after=after, limit=50)
-        listed.extend(f"t|{job.id}" for job in page.jobs)
-        if page.next_after is None:
-            break
-        after = page.next_after
-    assert listed == expected_order(dues)
+    assert listed_delayed(store, page_size=50) == expected_order(dues)
     fake_clock.advance(1_000 + 2 * 150)
     moved: list[str] = []
     while (count := store.carry(limit=100)[0]) > 0:

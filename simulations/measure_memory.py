@@ -47,6 +47,7 @@ class Result:
     jobs: int
     body_bytes: int
     seed: int
+    per_ms: int  # 0: due at random 1 h to 30 d ahead; else each batch in order, this many a ms
     used_memory_before_bytes: int
     used_memory_with_audit_bytes: int
     used_memory_without_audit_bytes: int
@@ -96,20 +97,28 @@ def key_usage_bytes(client: redis.Redis, store: Store) -> dict[str, int]:
     return {k.format(buckets=f"{buckets:,}"): v for k, v in sorted(usage.items())}
 
 
-def add_jobs(store: Store, jobs: int, body_bytes: int, rng: random.Random) -> float:
-    """Adds the jobs in batches; returns the seconds it took."""
+def add_jobs(
+    store: Store, jobs: int, body_bytes: int, rng: random.Random, per_ms: int = 0
+) -> float:
+    """Adds the jobs in batches; returns the seconds it took. ``per_ms`` 0: each job due at
+    random 1 hour to 30 days ahead; else each batch due an hour ahead, ``per_ms`` jobs a ms in
+    order (a batch given one delay: all of it in one ms), the store's fake clock a second later
+    for the next batch. The delayed set's buckets never cut a run of jobs due in one ms."""
     started = time.perf_counter()
+    clock = store.clock
     for first in range(0, jobs, BATCH_JOBS):
+        numbers = range(first, min(jobs, first + BATCH_JOBS))
+        if per_ms:
+            dues = [clock.now_ms() + DELAY_MIN_MS + (n - first) // per_ms for n in numbers]
+        else:
+            dues = [clock.now_ms() + rng.randint(DELAY_MIN_MS, DELAY_MAX_MS) for _ in numbers]
         batch = [
-            store.new_job(
-                TOPIC,
-                f"order-{n:08d}",
-                body_of_size(body_bytes, n),
-                delay_ms=rng.randint(DELAY_MIN_MS, DELAY_MAX_MS),
-            )
-            for n in range(first, min(jobs, first + BATCH_JOBS))
+            store.new_job(TOPIC, f"order-{n:08d}", body_of_size(body_bytes, n), due_ms=due)
+            for n, due in zip(numbers, dues, strict=True)
         ]
         store.add_many(batch)
+        if per_ms and isinstance(clock, FakeClock):
+            clock.advance(1_000)
     return time.perf_counter() - started
 
 
@@ -133,7 +142,7 @@ def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int
     return entries, int(client.memory_usage(store.keys.audit, samples=0) or 0), index_bytes
 
 
-def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Result:
+def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int, per_ms: int = 0) -> Result:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="redelay-memory-") as directory:
         server = RedisProcess(directory).start()
@@ -144,7 +153,7 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
                 client.script_load(source)
             store = Store(client, NAMESPACE, FakeClock())
             before = used_memory_bytes(client)
-            add_seconds = add_jobs(store, jobs, body_bytes, rng)
+            add_seconds = add_jobs(store, jobs, body_bytes, rng, per_ms)
             with_audit = used_memory_bytes(client)
             usage = key_usage_bytes(client, store)
             audit_entries = int(client.xlen(store.keys.audit))
@@ -165,6 +174,7 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
         jobs=jobs,
         body_bytes=body_bytes,
         seed=seed,
+        per_ms=per_ms,
         used_memory_before_bytes=before,
         used_memory_with_audit_bytes=with_audit,
         used_memory_without_audit_bytes=without_audit,
@@ -186,7 +196,8 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int) -> Resul
 def report(result: Result) -> str:
     lines = [
         f"redis {result.redis_version}: {result.jobs} delayed jobs, "
-        f"{result.body_bytes}-byte JSON bodies, seed {result.seed}",
+        f"{result.body_bytes}-byte JSON bodies, seed {result.seed}, "
+        + (f"{result.per_ms} due per ms" if result.per_ms else "due at random"),
         f"  used_memory before          {result.used_memory_before_bytes:>14,} bytes",
         f"  used_memory with audit      {result.used_memory_with_audit_bytes:>14,} bytes",
         f"  used_memory audit deleted   {result.used_memory_without_audit_bytes:>14,} bytes",
@@ -226,10 +237,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="jobs to run to completion to measure their audit entries (default 50000; 0 skips)",
     )
     parser.add_argument("--seed", type=int, default=1, help="drives ids and due times")
+    parser.add_argument(
+        "--per-ms",
+        type=int,
+        default=0,
+        help="each batch of 1,000 due an hour ahead, this many jobs a ms (1000: one delay for the"
+        " batch); default 0: each job due at random 1 hour to 30 days ahead",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.body_bytes < 0 or args.lifecycle_jobs < 0:
-        parser.error("--jobs must be at least 1, --body-bytes and --lifecycle-jobs at least 0")
+    if args.jobs < 1 or args.body_bytes < 0 or args.lifecycle_jobs < 0 or args.per_ms < 0:
+        parser.error(
+            "--jobs must be at least 1, --body-bytes, --lifecycle-jobs and --per-ms at least 0"
+        )
     return args
 
 
@@ -238,9 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.json:
         print(
             f"settings: jobs={args.jobs} body_bytes={args.body_bytes} "
-            f"lifecycle_jobs={args.lifecycle_jobs} seed={args.seed}"
+            f"lifecycle_jobs={args.lifecycle_jobs} seed={args.seed} per_ms={args.per_ms}"
         )
-    result = measure(args.jobs, args.body_bytes, args.seed, args.lifecycle_jobs)
+    result = measure(args.jobs, args.body_bytes, args.seed, args.lifecycle_jobs, args.per_ms)
     print(json.dumps(asdict(result)) if args.json else report(result))
     return 0
 

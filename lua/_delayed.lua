@@ -81,13 +81,11 @@ local function add_to_bucket(index, name, score, group)
   local key = bucket_key(name)
   local size = rcall('ZCARD', key)
   local function grow()
-    local args, lowest = {}, nil
-    for j, entry in ipairs(group) do
-      args[2 * j - 1], args[2 * j] = entry[2], entry[3]
-      if lowest == nil or entry[1] < lowest[1] then lowest = entry end
-    end
+    local args = {}
+    for j, entry in ipairs(group) do args[2 * j - 1], args[2 * j] = entry[2], entry[3] end
     rcall_each_slice('ZADD', key, args)
-    if lowest[1] < score then rcall('ZADD', index, lowest[2], name) end
+    -- The group is in due order: its first job is its earliest.
+    if group[1][1] < score then rcall('ZADD', index, group[1][2], name) end
   end
   if size + #group <= DUE_BUCKET_MAX then return grow() end
   local last = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')

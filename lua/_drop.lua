@@ -1,13 +1,15 @@
 -- Drops a schedule's pending occurrence that is still delayed, with a `cancelled` event {why}
 -- (one already ready or leased runs). `k` holds the keys jobs, delayed, counts and audit.
--- `taken`: the caller has already taken it out of the delayed set (carry).
+-- `taken`: the job's record, when the caller has already taken the job out of the delayed set
+-- (carry, which read the record too).
 -- @include _lib.lua
 -- @include _delayed.lua
 local function drop_delayed(k, member, why, taken)
   if not member then return end
-  local record = load_record(k.jobs, member)
-  if not taken and not (record and delayed_remove(k.delayed, member, tonumber(record['d']))) then
-    return
+  local record = taken
+  if not record then
+    record = load_record(k.jobs, member)
+    if not (record and delayed_remove(k.delayed, member, tonumber(record['d']))) then return end
   end
   keep_added_entry(member, record)  -- a job add-6 made under this name
   rcall('HDEL', k.jobs, member)

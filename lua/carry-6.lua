@@ -45,7 +45,7 @@ for j = 1, #due, 2 do
     schedule, drop = pending_occurrence(k, member, record, due_ms)
   end
   if drop then
-    drop_delayed(k, member, 'misfire', true)
+    drop_delayed(k, member, 'misfire', record)
   else
     local topic = split_member(member)
     local list = by_topic[topic]

@@ -11,8 +11,9 @@ KEY_ROOT: Final = "redelay"
 
 # Per-shard keys, appended to the shard prefix "redelay:{<namespace>.<shard>}:".
 JOBS_KEY: Final = "jobs"  # HASH member -> msgpack job record
-# The delayed set (lua/_delayed.lua): an index ZSET, bucket number -> the bucket's earliest due
-# time (ms), over small ZSETs "due:<n>", member -> due time (ms), of consecutive due times.
+# The delayed set (lua/_delayed.lua): an index ZSET, a bucket's first member -> its due time
+# (ms), over small ZSETs "due:<first member>", member -> due time (ms), each a run of consecutive
+# jobs in (due time, member) order.
 DELAYED_KEY: Final = "due"
 DUE_BUCKET_PREFIX: Final = "due:"
 # Redis keeps a ZSET of up to zset-max-listpack-entries (128 by default) entries as one listpack,

@@ -1,25 +1,28 @@
--- The delayed set: every job waiting for its due time, ordered by (due ms, member).
--- It is kept as small ZSETs of consecutive due times, the buckets <prefix>due:<n>, under an index
--- ZSET <prefix>due (bucket number n -> the bucket's earliest due time). Why: Redis stores a ZSET
--- of at most 128 entries of at most 64 bytes as one listpack; in buckets of at most
--- DUE_BUCKET_MAX (64) a job costs about 41 bytes with its share of the index, against about 120
--- in one big ZSET (its skiplist node and dict entry), a quarter of a pending job's memory
--- (docs/redis-layout.md#the-delayed-set).
+-- The delayed set: every job waiting for its due time, ordered by (due ms, member), members of
+-- one due time in byte order (as a ZSET orders equal scores).
+-- It is kept as small ZSETs, the buckets, each a run of consecutive jobs in that order, under an
+-- index ZSET <prefix>due. A bucket is named after its first member: the key is
+-- <prefix>due:<first member>, and its index entry is that member scored with its due time. Why:
+-- Redis stores a ZSET of at most 128 entries of at most 64 bytes as one listpack; in buckets of
+-- at most DUE_BUCKET_MAX (64) a job costs about 41 bytes with its share of the index, against
+-- about 120 in one big ZSET (its skiplist node and dict entry), a quarter of a pending job's
+-- memory (docs/redis-layout.md#the-delayed-set). The index orders the buckets exactly as their
+-- jobs are ordered, so a bucket may be cut anywhere, inside a run of jobs due at one moment too
+-- (an add_many with one delay): every bucket stays small.
 -- Invariants every function here keeps:
---   * a bucket is never empty, and its index score is its earliest due time;
---   * buckets split the set by due time, never inside one due time: every entry of a bucket is
---     earlier than the next bucket's score. So index scores are distinct, and a due time belongs
---     to exactly one bucket: the last whose score is <= it (the first bucket takes anything
---     earlier than every score, and its score moves down).
--- Jobs written by redelay before this layout are in the legacy ZSET <prefix>delayed (member ->
--- due ms). Every function here reads it as well, and carry moves it into buckets a slice per call
+--   * a bucket is never empty and holds at most DUE_BUCKET_MAX jobs; its index member is its
+--     first member, scored with that member's due time;
+--   * every job of a bucket comes before the next bucket's first job. So a job belongs to
+--     exactly one bucket: the last whose (score, name) is not after the job's (due, member) (the
+--     first bucket takes anything before all of them, and is renamed).
+-- Jobs written by redelay before buckets are in the legacy ZSET <prefix>delayed (member -> due
+-- ms). Every function here reads it as well, and carry moves it into buckets a slice per call
 -- (delayed_take_due), lowest first, so it drains without a migration step.
 -- @include _lib.lua
 -- @constant DUE_BUCKET_PREFIX
 -- @constant DUE_BUCKET_MAX
 -- @constant DUE_BUCKET_FILL
 -- @constant LEGACY_DELAYED_KEY
--- @constant SEQ_KEY
 
 local legacy_delayed_key = prefix .. LEGACY_DELAYED_KEY
 
@@ -27,23 +30,67 @@ local function bucket_key(name)
   return prefix .. DUE_BUCKET_PREFIX .. name
 end
 
--- The bucket `due` belongs to and its score: the last bucket whose score is <= due, else the
--- first bucket (whose score then has to move down); nil, nil when there is no bucket.
-local function bucket_for(index, due_text)
+-- Byte order, as a ZSET orders equal scores (Lua's < follows the server's locale).
+local function bytes_greater(a, b)
+  if a == b then return false end
+  for j = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, j), string.byte(b, j)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+
+-- The bucket the job (due, member) belongs to, and its score: the last bucket whose (score,
+-- name) is not after the job's, else the first bucket; nil, nil when there is no bucket. One
+-- read, unless buckets start at this very due time after `member`: then a binary search among
+-- the buckets that start at it (a cut run of jobs due at one moment).
+local function bucket_for(index, due_text, member)
   local found = rcall('ZREVRANGEBYSCORE', index, due_text, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
+  if #found == 0 then return nil, nil end
+  local name, score = found[1], tonumber(found[2])
+  if score ~= tonumber(due_text) or not bytes_greater(name, member) then return name, score end
+  -- The first bucket of this due time named after `member` is at a rank in [low, high].
+  local low = rcall('ZCOUNT', index, '-inf', '(' .. due_text)
+  local high = rcall('ZRANK', index, name)
+  while low < high do
+    local middle = math.floor((low + high) / 2)
+    if bytes_greater(rcall('ZRANGE', index, middle, middle)[1], member) then
+      high = middle
+    else
+      low = middle + 1
+    end
+  end
+  found = rcall('ZRANGE', index, math.max(low - 1, 0), math.max(low - 1, 0), 'WITHSCORES')
+  return found[1], tonumber(found[2])
+end
+
+-- The last bucket that starts before the due time `due_text`, else the first bucket; nil, nil
+-- when there is no bucket. Every job due then or later belongs to it or to a bucket after it.
+local function bucket_before(index, due_text)
+  local found = rcall('ZREVRANGEBYSCORE', index, '(' .. due_text, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
   if #found == 0 then return nil, nil end
   return found[1], tonumber(found[2])
 end
 
--- After entries left bucket `name` (score `score` before): drop it from the index when empty,
--- else give it its new earliest due time.
-local function settle_bucket(index, name, score)
-  local first = rcall('ZRANGE', bucket_key(name), 0, 0, 'WITHSCORES')
-  if #first == 0 then
+-- After the first jobs of bucket `name` changed (taken out, or an earlier one added): drops it
+-- from the index when empty, else names it after its first member again. The entries are copied
+-- (at most DUE_BUCKET_MAX), not RENAMEd: on Redis Cluster a node importing the shard's slot
+-- answers a command on two keys, one of them missing, with TRYAGAIN, which would fail the script
+-- half-way; commands on one key are served.
+local function rekey_bucket(index, name)
+  local key = bucket_key(name)
+  local entries = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+  if #entries == 0 then
     rcall('ZREM', index, name)
-  elseif tonumber(first[2]) ~= score then
-    rcall('ZADD', index, first[2], name)
+  elseif entries[1] ~= name then
+    local args = {}
+    for j = 1, #entries, 2 do args[j], args[j + 1] = entries[j + 1], entries[j] end
+    rcall('DEL', key)
+    rcall('ZADD', bucket_key(entries[1]), unpack(args))
+    rcall('ZREM', index, name)
+    rcall('ZADD', index, entries[2], entries[1])
   end
 end
 
@@ -51,74 +98,84 @@ local function by_due(a, b)
   return a[1] < b[1]
 end
 
--- Writes `entries` ({due, due text, member}, sorted by due) to buckets of about `size` entries
--- each, cut only between two due times; the first piece goes to bucket `first_name` when given
--- (emptied by the caller), the others to new buckets.
-local function write_pieces(index, entries, size, first_name)
-  local start = 1
-  while start <= #entries do
-    local stop = math.min(start + size - 1, #entries)
-    while stop < #entries and entries[stop + 1][1] == entries[stop][1] do stop = stop + 1 end
-    local name = first_name
-    first_name = nil
-    if not name then name = rcall('INCR', prefix .. SEQ_KEY) end
-    local args, n = {}, 0
-    for j = start, stop do
-      args[n + 1], args[n + 2] = entries[j][2], entries[j][3]
-      n = n + 2
+-- {due, due text, member} entries as ZADD's arguments.
+local function zadd_args(entries, first, last)
+  local args, n = {}, 0
+  for j = first or 1, last or #entries do
+    args[n + 1], args[n + 2] = entries[j][2], entries[j][3]
+    n = n + 2
+  end
+  return args
+end
+
+-- `entries` (sorted by due) in the set's order. Jobs due at one moment have to be in member byte
+-- order, which a ZSET gives for free: they are added to a scratch ZSET and read back. The
+-- scratch key is the bucket key of the first entry's member, which no bucket can have: a bucket
+-- is named after a member of the set, and these jobs are not in it yet.
+local function in_set_order(entries)
+  local ties = false
+  for j = 2, #entries do
+    if entries[j][1] == entries[j - 1][1] then
+      ties = true
+      break
     end
-    rcall_each_slice('ZADD', bucket_key(name), args)
+  end
+  if not ties then return entries end
+  local scratch = bucket_key(entries[1][3])
+  rcall_each_slice('ZADD', scratch, zadd_args(entries))
+  local sorted = rcall('ZRANGE', scratch, 0, -1, 'WITHSCORES')
+  rcall('DEL', scratch)
+  local ordered = {}
+  for j = 1, #sorted, 2 do ordered[#ordered + 1] = {tonumber(sorted[j + 1]), sorted[j + 1], sorted[j]} end
+  return ordered
+end
+
+-- Writes `entries` (in the set's order) as new buckets of `size` jobs each.
+local function write_pieces(index, entries, size)
+  for start = 1, #entries, size do
+    local stop = math.min(start + size - 1, #entries)
+    local name = entries[start][3]
+    rcall('ZADD', bucket_key(name), unpack(zadd_args(entries, start, stop)))
     rcall('ZADD', index, entries[start][2], name)
-    start = stop + 1
   end
 end
 
--- Adds `group` ({due, due text, member}, in due order) to bucket `name` scored `score`. A bucket
--- that would pass DUE_BUCKET_MAX entries (and so stop being a listpack) is not grown past it: a
--- group later than all of it (jobs added in due order) fills it up and starts new buckets with
--- the rest; otherwise the bucket and the group are rewritten as pieces of DUE_BUCKET_FILL.
+-- Adds `group` ({due, due text, member}, in due order) to bucket `name` scored `score`, which
+-- they all belong to. A bucket that would pass DUE_BUCKET_MAX entries (and so, past 128, stop
+-- being a listpack) is not grown past it: a group later than all of it (jobs added in due order)
+-- fills it up and starts new buckets with the rest; otherwise the bucket and the group are
+-- rewritten as pieces of DUE_BUCKET_FILL.
 local function add_to_bucket(index, name, score, group)
   local key = bucket_key(name)
   local size = rcall('ZCARD', key)
-  local function grow()
-    local args = {}
-    for j, entry in ipairs(group) do args[2 * j - 1], args[2 * j] = entry[2], entry[3] end
-    rcall_each_slice('ZADD', key, args)
-    -- The group is in due order: its first job is its earliest.
-    if group[1][1] < score then rcall('ZADD', index, group[1][2], name) end
+  if size + #group <= DUE_BUCKET_MAX then
+    rcall_each_slice('ZADD', key, zadd_args(group))
+    -- Only the first bucket takes jobs before its first, and is then renamed.
+    for _, entry in ipairs(group) do
+      if entry[1] > score then break end
+      if entry[1] < score or bytes_greater(name, entry[3]) then return rekey_bucket(index, name) end
+    end
+    return
   end
-  if size + #group <= DUE_BUCKET_MAX then return grow() end
   local last = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
   if group[1][1] > tonumber(last[2]) then
     -- Later than all of the bucket: fill it up, and the rest starts new buckets after it.
-    local room = math.max(DUE_BUCKET_MAX - size, 0)
-    while room > 0 and room < #group and group[room + 1][1] == group[room][1] do room = room - 1 end
-    if room > 0 then
-      local args = {}
-      for j = 1, room do args[2 * j - 1], args[2 * j] = group[j][2], group[j][3] end
-      rcall_each_slice('ZADD', key, args)
-    end
+    local ordered = in_set_order(group)
+    local room = math.min(math.max(DUE_BUCKET_MAX - size, 0), #ordered)
+    if room > 0 then rcall('ZADD', key, unpack(zadd_args(ordered, 1, room))) end
     local rest = {}
-    for j = room + 1, #group do rest[#rest + 1] = group[j] end
-    write_pieces(index, rest, DUE_BUCKET_MAX, nil)
+    for j = room + 1, #ordered do rest[#rest + 1] = ordered[j] end
+    write_pieces(index, rest, DUE_BUCKET_MAX)
     return
   end
-  -- Past DUE_BUCKET_MAX already: a run of jobs due at one moment (a burst), which no cut may
-  -- split. Rewriting it would cost more than its entries could save.
-  if size > DUE_BUCKET_MAX then return grow() end
+  -- The bucket and the group together, ordered by Redis as it adds them, cut into pieces.
+  rcall_each_slice('ZADD', key, zadd_args(group))
   local stored = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local merged, g = {}, 1
-  for j = 1, #stored, 2 do
-    local due = tonumber(stored[j + 1])
-    while g <= #group and group[g][1] < due do
-      merged[#merged + 1] = group[g]
-      g = g + 1
-    end
-    merged[#merged + 1] = {due, stored[j + 1], stored[j]}
-  end
-  for j = g, #group do merged[#merged + 1] = group[j] end
   rcall('DEL', key)
-  write_pieces(index, merged, DUE_BUCKET_FILL, name)
+  if stored[1] ~= name then rcall('ZREM', index, name) end
+  local merged = {}
+  for j = 1, #stored, 2 do merged[#merged + 1] = {false, stored[j + 1], stored[j]} end
+  write_pieces(index, merged, DUE_BUCKET_FILL)
 end
 
 -- Adds `entries` ({due ms, due as text, member}, any order; none of them delayed already) to the
@@ -126,6 +183,11 @@ end
 -- when they come in another), so that jobs sharing buckets find them with one read of the index.
 local function delayed_insert(index, entries)
   if #entries == 0 then return end
+  if #entries == 1 then
+    local name, score = bucket_for(index, entries[1][2], entries[1][3])
+    if name == nil then return write_pieces(index, entries, DUE_BUCKET_MAX) end
+    return add_to_bucket(index, name, score, entries)
+  end
   for j = 2, #entries do
     if entries[j][1] < entries[j - 1][1] then
       local sorted = {}
@@ -135,41 +197,46 @@ local function delayed_insert(index, entries)
       break
     end
   end
+  local name, score = bucket_before(index, entries[1][2])
+  if name == nil then
+    -- No bucket at all: this call's entries make the first ones.
+    write_pieces(index, in_set_order(entries), DUE_BUCKET_MAX)
+    return
+  end
   local groups, order, scores = {}, {}, {}
-  local function put(name, score, entry)
-    local group = groups[name]
+  local function put(bucket, bucket_score, entry)
+    local group = groups[bucket]
     if not group then
       group = {}
-      groups[name], scores[name] = group, score
-      order[#order + 1] = name
+      groups[bucket], scores[bucket] = group, bucket_score
+      order[#order + 1] = bucket
     end
     group[#group + 1] = entry
   end
-  local name, score = bucket_for(index, entries[1][2])
-  if name == nil then
-    -- No bucket at all: this call's entries make the first ones.
-    write_pieces(index, entries, DUE_BUCKET_MAX, nil)
-    return
-  end
-  local after = '(' .. integer_text(score)
-  local last = entries[#entries][2]
-  if #entries == 1 or rcall('ZCOUNT', index, after, last) > #entries then
-    -- Few jobs per bucket (one job, or jobs spread over a large set): one lookup each.
-    put(name, score, entries[1])
-    for j = 2, #entries do
-      name, score = bucket_for(index, entries[j][2])
-      put(name, score, entries[j])
+  local first, last = entries[1][2], entries[#entries][2]
+  if rcall('ZCOUNT', index, first, last) > #entries then
+    -- Few jobs per bucket (jobs spread over a large set): one lookup each.
+    for _, entry in ipairs(entries) do
+      local bucket, bucket_score = bucket_for(index, entry[2], entry[3])
+      put(bucket, bucket_score, entry)
     end
   else
-    -- Many jobs per bucket: the buckets the jobs fall in, read at once and walked in step.
-    local later = rcall('ZRANGEBYSCORE', index, after, last, 'WITHSCORES')
-    local next_at = 1
+    -- Many jobs per bucket: the buckets starting in the calls' due times, read at once and walked
+    -- in step. A job due when buckets start takes the last of them not named after it.
+    local later = rcall('ZRANGEBYSCORE', index, first, last, 'WITHSCORES')
+    local at = 1
+    if later[1] == name then at = 3 end  -- `name` is the first bucket, starting in that range
     for _, entry in ipairs(entries) do
-      while later[next_at] and entry[1] >= tonumber(later[next_at + 1]) do
-        name, score = later[next_at], tonumber(later[next_at + 1])
-        next_at = next_at + 2
+      while later[at] and entry[1] > tonumber(later[at + 1]) do
+        name, score = later[at], tonumber(later[at + 1])
+        at = at + 2
       end
-      put(name, score, entry)
+      local bucket, bucket_score, j = name, score, at
+      while later[j] and tonumber(later[j + 1]) == entry[1] and not bytes_greater(later[j], entry[3]) do
+        bucket, bucket_score = later[j], entry[1]
+        j = j + 2
+      end
+      put(bucket, bucket_score, entry)
     end
   end
   for _, bucket in ipairs(order) do add_to_bucket(index, bucket, scores[bucket], groups[bucket]) end
@@ -196,17 +263,16 @@ end
 
 -- Whether `member`, whose record says it is due at `due_ms`, is in the delayed set.
 local function delayed_has(index, member, due_ms)
-  local name = due_ms and bucket_for(index, integer_text(due_ms))
+  local name = due_ms and bucket_for(index, integer_text(due_ms), member)
   if name and rcall('ZSCORE', bucket_key(name), member) then return true end
   return rcall('ZSCORE', legacy_delayed_key, member) ~= false
 end
 
 -- Removes `member`, whose record says it is due at `due_ms`; returns whether it was delayed.
 local function delayed_remove(index, member, due_ms)
-  local name, score = nil, nil
-  if due_ms then name, score = bucket_for(index, integer_text(due_ms)) end
+  local name = due_ms and bucket_for(index, integer_text(due_ms), member)
   if name and rcall('ZREM', bucket_key(name), member) == 1 then
-    settle_bucket(index, name, score)
+    if name == member then rekey_bucket(index, name) end  -- it was the bucket's first
     return true
   end
   return rcall('ZREM', legacy_delayed_key, member) == 1
@@ -229,17 +295,17 @@ end
 local function delayed_take_due(index, limit)
   drain_legacy(index, limit)
   local taken = {}
-  local buckets = rcall('ZRANGEBYSCORE', index, '-inf', now_ms_text, 'WITHSCORES', 'LIMIT', 0, limit)
-  for j = 1, #buckets, 2 do
+  local buckets = rcall('ZRANGEBYSCORE', index, '-inf', now_ms_text, 'LIMIT', 0, limit)
+  for _, name in ipairs(buckets) do
     local left = limit - #taken / 2
     if left <= 0 then break end
-    local key = bucket_key(buckets[j])
+    local key = bucket_key(name)
     local due = rcall('ZRANGEBYSCORE', key, '-inf', now_ms_text, 'WITHSCORES', 'LIMIT', 0, left)
     if #due > 0 then  -- (never 0 while the index is right; 0 would make the rank range "all")
       for i = 1, #due do taken[#taken + 1] = due[i] end
       rcall('ZREMRANGEBYRANK', key, 0, #due / 2 - 1)
     end
-    settle_bucket(index, buckets[j], tonumber(buckets[j + 1]))
+    rekey_bucket(index, name)
   end
   return taken
 end

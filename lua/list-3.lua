@@ -21,15 +21,6 @@ local limit, scan = tonumber(ARGV[7]), tonumber(ARGV[8])
 local after_score, after_member = ARGV[9], ARGV[10]
 local own = topic .. '|'
 
--- Byte order, as a ZSET orders equal scores (Lua's < follows the server's locale).
-local function bytes_greater(a, b)
-  for j = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, j), string.byte(b, j)
-    if x ~= y then return x > y end
-  end
-  return #a > #b
-end
-
 -- The rank in ZSET `key` of the first entry after (after_score, after_member): the entries with
 -- a lower score, then a binary search among those with an equal score, which the ZSET keeps in
 -- byte order.
@@ -78,7 +69,7 @@ local function buckets_source(index)
   if after_member == '' then
     inner = zset_source(nil, 0)
   else
-    local name = bucket_for(index, after_score)
+    local name = bucket_for(index, after_score, after_member)
     if name then
       bucket_rank = rcall('ZRANK', index, name)
       inner = zset_source(bucket_key(name), zset_start(bucket_key(name)))

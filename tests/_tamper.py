@@ -28,11 +28,15 @@ def take_out(client: redis.Redis, keys: ShardKeys, member: str) -> None:
     """Removes a delayed ``member`` from its bucket, as the scripts would (not its record)."""
     bucket = bucket_holding(client, keys, member)
     client.zrem(keys.due_bucket(bucket), member)
+    if bucket != member:
+        return
+    # It was the bucket's first: the bucket is named after its new first, or leaves the index.
+    client.zrem(keys.delayed, bucket)
     first = client.zrange(keys.due_bucket(bucket), 0, 0, withscores=True)
     if first:
-        client.zadd(keys.delayed, {bucket: first[0][1]})
-    else:
-        client.zrem(keys.delayed, bucket)
+        new_name = decoded(first[0][0])
+        client.rename(keys.due_bucket(bucket), keys.due_bucket(new_name))
+        client.zadd(keys.delayed, {new_name: first[0][1]})
 
 
 def move_due(client: redis.Redis, keys: ShardKeys, member: str, due_ms: int) -> None:

@@ -101,26 +101,87 @@ def test_jobs_added_in_due_order_fill_their_buckets_without_rewriting_them(
     assert_compact(store)
 
 
-def test_a_burst_due_at_one_moment_is_never_cut_and_moves_in_member_order(
+def mixed_ids(rng: random.Random, count: int) -> list[str]:
+    """Distinct job ids whose byte order is neither their order of creation nor a locale's
+    (upper case sorts before lower case in bytes)."""
+    letters = "AbBaZz09.-"
+    ids: set[str] = set()
+    while len(ids) < count:
+        ids.add("".join(rng.choice(letters) for _ in range(rng.randrange(1, 7))))
+    found = sorted(ids)
+    rng.shuffle(found)
+    return found
+
+
+def test_a_burst_due_at_one_moment_is_cut_into_small_buckets_and_moves_in_member_order(
     store: Store, fake_clock: FakeClock
 ) -> None:
+    rng = random.Random(11)
     now = fake_clock.now_ms()
     due = now + 1_000
-    dues = {f"b{n:04d}": due for n in range(400)}
+    dues = dict.fromkeys(mixed_ids(rng, 400), due)
     dues |= {"early": due - 1, "late": due + 1}
+    # In calls of 50: later calls land in buckets the earlier ones cut at that same due time.
     add_due(store, dues, batch=50)
     holding = [sum(d == due for _, d in entries) for _, _, entries in buckets(store)]
-    assert sorted(holding)[-1] == 400  # one bucket holds them all: a cut would split a due time
-    assert store.snapshot().problems == {}
-    assert store.cancel("t", "b0123") == "removed"
+    assert len([h for h in holding if h]) >= 400 // c.DUE_BUCKET_MAX
+    assert_compact(store)
+    assert delayed_order(store) == expected_order(dues)
+    assert listed_delayed(store, page_size=23) == expected_order(dues)
+    # Jobs found, and cancelled, among buckets that all start at the same due time: one that
+    # starts a bucket (the bucket is renamed) and one inside a later bucket.
+    tied = [b for b in buckets(store) if b[1] == due]
+    first_of = tied[-1][0]
+    inside = next(entries[len(entries) // 2][0] for _, _, entries in tied[1:-1] if len(entries) > 2)
+    for member in (first_of, inside):
+        job_id = member.split("|", 1)[1]
+        assert store.get("t", job_id).state is State.DELAYED  # type: ignore[union-attr]
+        assert store.cancel("t", job_id) == "removed"
+        del dues[job_id]
+    assert_compact(store)
+    assert delayed_order(store) == expected_order(dues)
     fake_clock.advance(1_000)
     moved: list[str] = []
     while (count := store.carry(limit=150)[0]) > 0:
-        moved.extend(lease.id for lease in store.lease("t", count))
-    ordered = sorted(dues, key=lambda j: (dues[j], j))
-    assert moved == [j for j in ordered if j not in ("late", "b0123")]
+        moved.extend(f"t|{lease.id}" for lease in store.lease("t", count))
+    assert moved == [m for m in expected_order(dues) if m != "t|late"]
     assert delayed_order(store) == ["t|late"]
-    assert store.snapshot().problems == {}
+    assert_compact(store)
+
+
+def test_adds_cancels_and_carries_in_any_mix_keep_the_set_in_order(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    rng = random.Random(5)
+    ids = iter(mixed_ids(rng, 6_000))
+    dues: dict[str, int] = {}
+    for step in range(120):
+        # Few distinct due times, so runs of jobs due at one moment span buckets.
+        now = fake_clock.now_ms()
+        moments = [now + 1_000 * rng.randrange(1, 40) for _ in range(rng.randrange(1, 4))]
+        action = rng.random()
+        if action < 0.5:
+            batch = {next(ids): rng.choice(moments) for _ in range(rng.choice([1, 5, 60, 200]))}
+            add_due(store, batch, batch=len(batch))
+            dues |= batch
+        elif action < 0.8 and dues:
+            for job_id in rng.sample(sorted(dues), min(len(dues), rng.randrange(1, 30))):
+                assert store.cancel("t", job_id) == "removed", job_id
+                del dues[job_id]
+        else:
+            fake_clock.advance(rng.randrange(0, 3_000))
+            due_now = {j: d for j, d in dues.items() if d <= fake_clock.now_ms()}
+            count = store.carry(limit=rng.choice([7, 100, 1_000]))[0]
+            moved = [f"t|{lease.id}" for lease in store.lease("t", count)] if count else []
+            assert moved == expected_order(due_now)[:count], step
+            for member in moved:
+                del dues[member.split("|", 1)[1]]
+        if step % 10 == 0:
+            assert delayed_order(store) == expected_order(dues), step
+            assert_compact(store)
+    assert delayed_order(store) == expected_order(dues)
+    assert listed_delayed(store, page_size=41) == expected_order(dues)
+    assert_compact(store)
 
 
 @pytest.mark.parametrize("which", ["first", "middle", "only"])

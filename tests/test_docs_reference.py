@@ -292,7 +292,6 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
             "SCHEDULES_KEY",
             "DUE_BUCKET_PREFIX",  # the delayed set's buckets (lua/_delayed.lua)
             "LEGACY_DELAYED_KEY",
-            "SEQ_KEY",
         ]
     )
 

@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from actors._constants import DUE_BUCKET_MAX
 from actors.lifecycle import State
 from actors.storage import calls, codec
 from actors.storage.calls import decoded, job_info
@@ -153,34 +154,42 @@ def _delayed_entries(
     buckets' invariants (lua/_delayed.lua) as ((topic, id), text)."""
     entries: list[tuple[Any, float]] = []
     problems: list[tuple[tuple[str, str], str]] = []
-    previous_last: float | None = None
+    previous_last: tuple[float, bytes] | None = None
     for name_raw, score_raw, flat in layout[:-1]:
         name, score = decoded(name_raw), float(score_raw)
         bucket = _as_scored(flat)
         if not bucket:
             problems.append((("(delayed set)", name), f"bucket {name} is empty but indexed"))
             continue
-        first = split_member(decoded(bucket[0][0]))
-        if bucket[0][1] != score:
+        first_member = decoded(bucket[0][0])
+        first = split_member(first_member)
+        if (first_member, bucket[0][1]) != (name, score):
             problems.append(
                 (
                     first,
                     f"first in bucket {name}, due {bucket[0][1]:.0f}, "
-                    f"but the index says {score:.0f}",
+                    f"but the index says {name} due {score:.0f}",
                 )
             )
-        if previous_last is not None and bucket[0][1] <= previous_last:
+        if len(bucket) > DUE_BUCKET_MAX:
+            problems.append((first, f"first in bucket {name} of {len(bucket)} jobs"))
+        # The set's order: due time, then member bytes (as a ZSET orders equal scores).
+        if previous_last is not None and (bucket[0][1], _raw(bucket[0][0])) <= previous_last:
             problems.append(
                 (
                     first,
                     f"in bucket {name}, due {bucket[0][1]:.0f}, not after the "
-                    f"bucket before it (last due {previous_last:.0f})",
+                    f"bucket before it (last due {previous_last[0]:.0f})",
                 )
             )
-        previous_last = bucket[-1][1]
+        previous_last = (bucket[-1][1], _raw(bucket[-1][0]))
         entries.extend(bucket)
     entries.extend(_as_scored(layout[-1]))
     return entries, problems
+
+
+def _raw(member: Any) -> bytes:
+    return member if isinstance(member, bytes) else str(member).encode()
 
 
 # redis-py's cluster client before 8.0 runs a MULTI's commands without their reply callbacks:

@@ -30,14 +30,42 @@ local function bucket_key(name)
   return prefix .. DUE_BUCKET_PREFIX .. name
 end
 
--- Byte order, as a ZSET orders equal scores (Lua's < follows the server's locale).
+local byte = string.byte
+
+-- Whether Lua's < on strings orders members as their bytes do. It is strcoll() under the
+-- server's LC_COLLATE (its environment's, or Redis 7.2's locale-collate setting): the C and POSIX
+-- locales, Redis's default when nothing sets one, and C.UTF-8 compare bytes; a language's locale
+-- folds case and skips punctuation, which this probe catches. Members are printable ASCII
+-- (topics and ids are validated so), hence the probe: every printable character in byte order,
+-- and the multi-character cases where language collations differ. Checked once per script call,
+-- the first time two members are compared: < is about ten times faster than the byte loop.
+local collation_is_bytes = nil
+local function probe_collation()
+  local previous = ' '
+  for code = 33, 126 do
+    local char = string.char(code)
+    if not (previous < char) then return false end
+    previous = char
+  end
+  return ('a-c' < 'ab') and ('aB' < 'ab') and ('ab' < 'ab-') and ('aa|' < 'a|z') and ('Z' < 'a')
+end
+
+-- Byte order, as a ZSET orders equal scores.
 local function bytes_greater(a, b)
   if a == b then return false end
+  if collation_is_bytes == nil then collation_is_bytes = probe_collation() end
+  if collation_is_bytes then return a > b end
   for j = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, j), string.byte(b, j)
+    local x, y = byte(a, j), byte(b, j)
     if x ~= y then return x > y end
   end
   return #a > #b
+end
+
+-- Whether the job (due_a, member_a) comes after (due_b, member_b) in the set's order.
+local function comes_after(due_a, member_a, due_b, member_b)
+  if due_a ~= due_b then return due_a > due_b end
+  return bytes_greater(member_a, member_b)
 end
 
 -- The bucket the job (due, member) belongs to, and its score: the last bucket whose (score,
@@ -109,18 +137,20 @@ local function zadd_args(entries, first, last)
 end
 
 -- `entries` (sorted by due) in the set's order. Jobs due at one moment have to be in member byte
--- order, which a ZSET gives for free: they are added to a scratch ZSET and read back. The
+-- order. They often come so (ids made in order), which one pass checks; otherwise a ZSET gives
+-- that order for free: they are added to a scratch ZSET and read back. The
 -- scratch key is the bucket key of the first entry's member, which no bucket can have: a bucket
 -- is named after a member of the set, and these jobs are not in it yet.
 local function in_set_order(entries)
-  local ties = false
+  local sorted = true
   for j = 2, #entries do
-    if entries[j][1] == entries[j - 1][1] then
-      ties = true
+    local a, b = entries[j - 1], entries[j]
+    if a[1] == b[1] and bytes_greater(a[3], b[3]) then
+      sorted = false
       break
     end
   end
-  if not ties then return entries end
+  if sorted then return entries end
   local scratch = bucket_key(entries[1][3])
   rcall_each_slice('ZADD', scratch, zadd_args(entries))
   local sorted = rcall('ZRANGE', scratch, 0, -1, 'WITHSCORES')
@@ -130,57 +160,63 @@ local function in_set_order(entries)
   return ordered
 end
 
--- Writes `entries` (in the set's order) as new buckets of `size` jobs each.
-local function write_pieces(index, entries, size)
+-- Writes `entries` (in the set's order) as new buckets of `size` jobs each. A piece named
+-- `indexed` (a bucket being rewritten, whose first job stays first) keeps its index entry.
+local function write_pieces(index, entries, size, indexed)
   for start = 1, #entries, size do
     local stop = math.min(start + size - 1, #entries)
     local name = entries[start][3]
     rcall('ZADD', bucket_key(name), unpack(zadd_args(entries, start, stop)))
-    rcall('ZADD', index, entries[start][2], name)
+    if name ~= indexed then rcall('ZADD', index, entries[start][2], name) end
   end
 end
 
--- Adds `group` ({due, due text, member}, in due order) to bucket `name` scored `score`, which
--- they all belong to. A bucket that would pass DUE_BUCKET_MAX entries (and so, past 128, stop
--- being a listpack) is not grown past it: a group later than all of it (jobs added in due order)
--- fills it up and starts new buckets with the rest; otherwise the bucket and the group are
+-- Adds `group` ({due, due text, member}, in the set's order) to bucket `name` scored `score`,
+-- which they all belong to. A bucket that would pass DUE_BUCKET_MAX entries (and so, past 128,
+-- stop being a listpack) is not grown past it: a group later than all of it (jobs added in
+-- order) fills it up and starts new buckets with the rest; otherwise the bucket and the group are
 -- rewritten as pieces of DUE_BUCKET_FILL.
 local function add_to_bucket(index, name, score, group)
   local key = bucket_key(name)
   local size = rcall('ZCARD', key)
   if size + #group <= DUE_BUCKET_MAX then
-    rcall_each_slice('ZADD', key, zadd_args(group))
+    rcall('ZADD', key, unpack(zadd_args(group)))
     -- Only the first bucket takes jobs before its first, and is then renamed.
-    for _, entry in ipairs(group) do
-      if entry[1] > score then break end
-      if entry[1] < score or bytes_greater(name, entry[3]) then return rekey_bucket(index, name) end
-    end
+    if comes_after(score, name, group[1][1], group[1][3]) then rekey_bucket(index, name) end
     return
   end
   local last = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if group[1][1] > tonumber(last[2]) then
-    -- Later than all of the bucket: fill it up, and the rest starts new buckets after it.
-    local ordered = in_set_order(group)
-    local room = math.min(math.max(DUE_BUCKET_MAX - size, 0), #ordered)
-    if room > 0 then rcall('ZADD', key, unpack(zadd_args(ordered, 1, room))) end
+  if comes_after(group[1][1], group[1][3], tonumber(last[2]), last[1]) then
+    -- After all of the bucket: fill it up, and the rest starts new buckets after it.
+    local room = math.min(math.max(DUE_BUCKET_MAX - size, 0), #group)
+    if room > 0 then rcall('ZADD', key, unpack(zadd_args(group, 1, room))) end
     local rest = {}
-    for j = room + 1, #ordered do rest[#rest + 1] = ordered[j] end
+    for j = room + 1, #group do rest[#rest + 1] = group[j] end
     write_pieces(index, rest, DUE_BUCKET_MAX)
     return
   end
-  -- The bucket and the group together, ordered by Redis as it adds them, cut into pieces.
-  rcall_each_slice('ZADD', key, zadd_args(group))
+  -- The bucket and the group merged (both are in the set's order), cut into pieces.
   local stored = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local merged, g = {}, 1
+  for j = 1, #stored, 2 do
+    local due = tonumber(stored[j + 1])
+    while g <= #group and comes_after(due, stored[j], group[g][1], group[g][3]) do
+      merged[#merged + 1] = group[g]
+      g = g + 1
+    end
+    merged[#merged + 1] = {due, stored[j + 1], stored[j]}
+  end
+  for j = g, #group do merged[#merged + 1] = group[j] end
   rcall('DEL', key)
-  if stored[1] ~= name then rcall('ZREM', index, name) end
-  local merged = {}
-  for j = 1, #stored, 2 do merged[#merged + 1] = {false, stored[j + 1], stored[j]} end
+  if merged[1][3] == name then return write_pieces(index, merged, DUE_BUCKET_FILL, name) end
+  rcall('ZREM', index, name)
   write_pieces(index, merged, DUE_BUCKET_FILL)
 end
 
 -- Adds `entries` ({due ms, due as text, member}, any order; none of them delayed already) to the
--- delayed set, with one ZADD per bucket they fall in. They are taken in due order (sorted here
--- when they come in another), so that jobs sharing buckets find them with one read of the index.
+-- delayed set, with one ZADD per bucket they fall in. They are put in the set's order first
+-- (sorted here when they come in another), so that jobs sharing buckets find them with one read
+-- of the index, walked in step.
 local function delayed_insert(index, entries)
   if #entries == 0 then return end
   if #entries == 1 then
@@ -197,10 +233,11 @@ local function delayed_insert(index, entries)
       break
     end
   end
+  entries = in_set_order(entries)
   local name, score = bucket_before(index, entries[1][2])
   if name == nil then
     -- No bucket at all: this call's entries make the first ones.
-    write_pieces(index, in_set_order(entries), DUE_BUCKET_MAX)
+    write_pieces(index, entries, DUE_BUCKET_MAX)
     return
   end
   local groups, order, scores = {}, {}, {}
@@ -221,22 +258,17 @@ local function delayed_insert(index, entries)
       put(bucket, bucket_score, entry)
     end
   else
-    -- Many jobs per bucket: the buckets starting in the calls' due times, read at once and walked
-    -- in step. A job due when buckets start takes the last of them not named after it.
+    -- Many jobs per bucket: the buckets that start within the call's due times, read at once and
+    -- walked in step with the jobs.
     local later = rcall('ZRANGEBYSCORE', index, first, last, 'WITHSCORES')
     local at = 1
     if later[1] == name then at = 3 end  -- `name` is the first bucket, starting in that range
     for _, entry in ipairs(entries) do
-      while later[at] and entry[1] > tonumber(later[at + 1]) do
+      while later[at] and not comes_after(tonumber(later[at + 1]), later[at], entry[1], entry[3]) do
         name, score = later[at], tonumber(later[at + 1])
         at = at + 2
       end
-      local bucket, bucket_score, j = name, score, at
-      while later[j] and tonumber(later[j + 1]) == entry[1] and not bytes_greater(later[j], entry[3]) do
-        bucket, bucket_score = later[j], entry[1]
-        j = j + 2
-      end
-      put(bucket, bucket_score, entry)
+      put(name, score, entry)
     end
   end
   for _, bucket in ipairs(order) do add_to_bucket(index, bucket, scores[bucket], groups[bucket]) end

@@ -4,7 +4,7 @@
 -- index ZSET <prefix>due. A bucket is named after its first member: the key is
 -- <prefix>due:<first member>, and its index entry is that member scored with its due time. Why:
 -- Redis stores a ZSET of at most 128 entries of at most 64 bytes as one listpack; in buckets of
--- at most DUE_BUCKET_MAX (64) a job costs about 41 bytes with its share of the index, against
+-- at most DUE_BUCKET_MAX (64) a job costs about 42 bytes with its share of the index, against
 -- about 120 in one big ZSET (its skiplist node and dict entry), a quarter of a pending job's
 -- memory (docs/redis-layout.md#the-delayed-set). The index orders the buckets exactly as their
 -- jobs are ordered, so a bucket may be cut anywhere, inside a run of jobs due at one moment too

@@ -37,7 +37,7 @@ _HEADER_EVENT_RE = re.compile(r"([a-z_]+) \{")
 _HEADER_SECTION_RE = re.compile(r"^-- ([A-Z][a-z]+):", re.MULTILINE)
 # `prefix .. NAME`, `prefix .. NAME .. topic` (a ready list), `prefix .. NAME .. name` (a bucket)
 _LUA_PREFIX_NAME_RE = re.compile(r"prefix \.\. ([A-Z_]+)( \.\. (?:topic|name))?")
-_BUILT_PARTS = {"": "", " .. topic": "<topic>", " .. name": "<n>"}
+_BUILT_PARTS = {"": "", " .. topic": "<topic>", " .. name": "<member>"}
 _LUA_PREFIX_LITERAL_RE = re.compile(r"prefix \.\. ['\"]")
 _KEY_ROW_RE = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
 

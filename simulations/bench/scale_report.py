@@ -200,7 +200,7 @@ def memory_table(runs: Sequence[dict[str, Any]]) -> str:
         ["without the stream and its history index (`<prefix>history`)"]
         + [index_cell(m) for m in memories],
         ["of which the job pool (`jobs` HASH)"] + [key_cell(k, "jobs") for k in keys],
-        ["the due times (the delayed set: `due` and its buckets `due:<n>`; `delayed` before)"]
+        ["the due times (the delayed set: `due` and its buckets `due:<member>`; `delayed` before)"]
         + [due_cell(k) for k in keys],
         ["the audit stream"] + [key_cell(k, "audit") for k in keys],
         ["the history index"] + [key_cell(k, "history") for k in keys],

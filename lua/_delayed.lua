@@ -96,7 +96,8 @@ end
 -- The last bucket that starts before the due time `due_text`, else the first bucket; nil, nil
 -- when there is no bucket. Every job due then or later belongs to it or to a bucket after it.
 local function bucket_before(index, due_text)
-  local found = rcall('ZREVRANGEBYSCORE', index, '(' .. due_text, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local found = rcall('ZREVRANGEBYSCORE', index, '(' .. due_text, '-inf', 'WITHSCORES',
+                      'LIMIT', 0, 1)
   if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
   if #found == 0 then return nil, nil end
   return found[1], tonumber(found[2])
@@ -104,9 +105,9 @@ end
 
 -- After the first jobs of bucket `name` changed (taken out, or an earlier one added): drops it
 -- from the index when empty, else names it after its first member again. The entries are copied
--- (at most DUE_BUCKET_MAX), not RENAMEd: on Redis Cluster a node importing the shard's slot
--- answers a command on two keys, one of them missing, with TRYAGAIN, which would fail the script
--- half-way; commands on one key are served.
+-- (at most DUE_BUCKET_MAX, bar a burst bucket of the first layout), not RENAMEd: on Redis
+-- Cluster a node importing the shard's slot answers a command on two keys, one of them missing,
+-- with TRYAGAIN, which would fail the script half-way; commands on one key are served.
 local function rekey_bucket(index, name)
   local key = bucket_key(name)
   local entries = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
@@ -116,7 +117,7 @@ local function rekey_bucket(index, name)
     local args = {}
     for j = 1, #entries, 2 do args[j], args[j + 1] = entries[j + 1], entries[j] end
     rcall('DEL', key)
-    rcall('ZADD', bucket_key(entries[1]), unpack(args))
+    rcall_each_slice('ZADD', bucket_key(entries[1]), args)
     rcall('ZREM', index, name)
     rcall('ZADD', index, entries[2], entries[1])
   end
@@ -156,7 +157,9 @@ local function in_set_order(entries)
   local sorted = rcall('ZRANGE', scratch, 0, -1, 'WITHSCORES')
   rcall('DEL', scratch)
   local ordered = {}
-  for j = 1, #sorted, 2 do ordered[#ordered + 1] = {tonumber(sorted[j + 1]), sorted[j + 1], sorted[j]} end
+  for j = 1, #sorted, 2 do
+    ordered[#ordered + 1] = {tonumber(sorted[j + 1]), sorted[j + 1], sorted[j]}
+  end
   return ordered
 end
 
@@ -317,7 +320,9 @@ local function drain_legacy(index, limit)
   local legacy = rcall('ZRANGE', legacy_delayed_key, 0, limit - 1, 'WITHSCORES')
   if #legacy == 0 then return end
   local entries = {}
-  for j = 1, #legacy, 2 do entries[#entries + 1] = {tonumber(legacy[j + 1]), legacy[j + 1], legacy[j]} end
+  for j = 1, #legacy, 2 do
+    entries[#entries + 1] = {tonumber(legacy[j + 1]), legacy[j + 1], legacy[j]}
+  end
   delayed_insert(index, entries)
   rcall('ZREMRANGEBYRANK', legacy_delayed_key, 0, #entries - 1)
 end

@@ -139,27 +139,25 @@ end
 
 -- `entries` (sorted by due) in the set's order. Jobs due at one moment have to be in member byte
 -- order. They often come so (ids made in order), which one pass checks; otherwise a ZSET gives
--- that order for free: they are added to a scratch ZSET and read back. The
--- scratch key is the bucket key of the first entry's member, which no bucket can have: a bucket
--- is named after a member of the set, and these jobs are not in it yet.
+-- that order for free: they are added to a scratch ZSET and read back. The scratch key is the
+-- bucket key of the first entry's member, which no bucket can have: a bucket is named after a
+-- member of the set, and these jobs are not in it yet.
 local function in_set_order(entries)
-  local sorted = true
+  local in_order = true
   for j = 2, #entries do
     local a, b = entries[j - 1], entries[j]
     if a[1] == b[1] and bytes_greater(a[3], b[3]) then
-      sorted = false
+      in_order = false
       break
     end
   end
-  if sorted then return entries end
+  if in_order then return entries end
   local scratch = bucket_key(entries[1][3])
   rcall_each_slice('ZADD', scratch, zadd_args(entries))
-  local sorted = rcall('ZRANGE', scratch, 0, -1, 'WITHSCORES')
+  local read = rcall('ZRANGE', scratch, 0, -1, 'WITHSCORES')
   rcall('DEL', scratch)
   local ordered = {}
-  for j = 1, #sorted, 2 do
-    ordered[#ordered + 1] = {tonumber(sorted[j + 1]), sorted[j + 1], sorted[j]}
-  end
+  for j = 1, #read, 2 do ordered[#ordered + 1] = {tonumber(read[j + 1]), read[j + 1], read[j]} end
   return ordered
 end
 

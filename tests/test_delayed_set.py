@@ -203,6 +203,30 @@ def test_adds_cancels_and_carries_in_any_mix_keep_the_set_in_order(
     assert_compact(store)
 
 
+@pytest.mark.parametrize("break_", ["index entry", "order", "size"])
+def test_a_snapshot_reports_a_bucket_that_breaks_the_layout(
+    store: Store, fake_clock: FakeClock, break_: str
+) -> None:
+    now = fake_clock.now_ms()
+    add_due(store, {f"j{n:04d}": now + 1_000 + n for n in range(200)})
+    client, keys = store.client, store.keys
+    assert store.snapshot().problems == {}
+    (first, first_score, _), (second, _, second_entries) = buckets(store)[:2]
+    if break_ == "index entry":
+        client.zadd(keys.delayed, {first: first_score + 1})
+        expected = "but the index says"
+    elif break_ == "order":
+        client.zadd(keys.due_bucket(first), {second_entries[-1][0]: second_entries[-1][1]})
+        expected = "not after the bucket before it"
+    else:
+        client.zadd(keys.due_bucket(first), dict(second_entries))
+        client.delete(keys.due_bucket(second))
+        client.zrem(keys.delayed, second)
+        expected = f"more than {c.DUE_BUCKET_MAX}"
+    texts = [text for found in store.snapshot().problems.values() for text in found]
+    assert any(expected in text for text in texts), texts
+
+
 @pytest.mark.parametrize("which", ["first", "middle", "only"])
 def test_cancel_takes_a_job_out_of_its_bucket_and_keeps_the_index_right(
     store: Store, fake_clock: FakeClock, which: str

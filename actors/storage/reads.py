@@ -172,7 +172,9 @@ def _delayed_entries(
                 )
             )
         if len(bucket) > DUE_BUCKET_MAX:
-            problems.append((first, f"first in bucket {name} of {len(bucket)} jobs"))
+            problems.append(
+                (first, f"in bucket {name} of {len(bucket)} jobs, more than {DUE_BUCKET_MAX}")
+            )
         # The set's order: due time, then member bytes (as a ZSET orders equal scores).
         if previous_last is not None and (bucket[0][1], _raw(bucket[0][0])) <= previous_last:
             problems.append(

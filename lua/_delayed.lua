@@ -62,6 +62,21 @@ local function bytes_greater(a, b)
   return #a > #b
 end
 
+-- The first rank in [low, high) of ZSET `key` whose member comes after `member` in byte order,
+-- else high; the entries of those ranks share one score, so the ZSET keeps them in byte order and
+-- a binary search finds it.
+local function first_rank_after(key, low, high, member)
+  while low < high do
+    local middle = math.floor((low + high) / 2)
+    if bytes_greater(rcall('ZRANGE', key, middle, middle)[1], member) then
+      high = middle
+    else
+      low = middle + 1
+    end
+  end
+  return low
+end
+
 -- Whether the job (due_a, member_a) comes after (due_b, member_b) in the set's order.
 local function comes_after(due_a, member_a, due_b, member_b)
   if due_a ~= due_b then return due_a > due_b end
@@ -78,18 +93,10 @@ local function bucket_for(index, due_text, member)
   if #found == 0 then return nil, nil end
   local name, score = found[1], tonumber(found[2])
   if score ~= tonumber(due_text) or not bytes_greater(name, member) then return name, score end
-  -- The first bucket of this due time named after `member` is at a rank in [low, high].
-  local low = rcall('ZCOUNT', index, '-inf', '(' .. due_text)
-  local high = rcall('ZRANK', index, name)
-  while low < high do
-    local middle = math.floor((low + high) / 2)
-    if bytes_greater(rcall('ZRANGE', index, middle, middle)[1], member) then
-      high = middle
-    else
-      low = middle + 1
-    end
-  end
-  found = rcall('ZRANGE', index, math.max(low - 1, 0), math.max(low - 1, 0), 'WITHSCORES')
+  -- The first bucket of this due time named after `member`: `name` or one before it.
+  local after = first_rank_after(index, rcall('ZCOUNT', index, '-inf', '(' .. due_text),
+                                 rcall('ZRANK', index, name), member)
+  found = rcall('ZRANGE', index, math.max(after - 1, 0), math.max(after - 1, 0), 'WITHSCORES')
   return found[1], tonumber(found[2])
 end
 

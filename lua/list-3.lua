@@ -26,17 +26,8 @@ local own = topic .. '|'
 -- byte order.
 local function zset_start(key)
   if after_member == '' then return 0 end
-  local low = rcall('ZCOUNT', key, '-inf', '(' .. after_score)
-  local high = rcall('ZCOUNT', key, '-inf', after_score)
-  while low < high do
-    local middle = math.floor((low + high) / 2)
-    if bytes_greater(rcall('ZRANGE', key, middle, middle)[1], after_member) then
-      high = middle
-    else
-      low = middle + 1
-    end
-  end
-  return low
+  return first_rank_after(key, rcall('ZCOUNT', key, '-inf', '(' .. after_score),
+                          rcall('ZCOUNT', key, '-inf', after_score), after_member)
 end
 
 -- A ZSET's entries from `rank` on, read a chunk at a time: peek() is the next {member, score}

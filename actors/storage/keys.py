@@ -29,11 +29,12 @@ class ShardKeys:
 
     @property
     def delayed(self) -> str:
-        """The delayed set's index ZSET (bucket -> earliest due time; lua/_delayed.lua)."""
+        """The delayed set's index: a bucket's first member -> its due time (lua/_delayed.lua)."""
         return self.prefix + c.DELAYED_KEY
 
     def due_bucket(self, name: str) -> str:
-        """One bucket of the delayed set: a ZSET of member -> due time (ms)."""
+        """The delayed set's bucket named after its first member ``name``: a ZSET of member ->
+        due time (ms)."""
         return self.prefix + c.DUE_BUCKET_PREFIX + name
 
     @property

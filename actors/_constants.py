@@ -13,7 +13,7 @@ KEY_ROOT: Final = "redelay"
 JOBS_KEY: Final = "jobs"  # HASH member -> msgpack job record
 # The delayed set (lua/_delayed.lua): an index ZSET, a bucket's first member -> its due time
 # (ms), over small ZSETs "due:<first member>", member -> due time (ms), each a run of consecutive
-# jobs in (due time, member) order.
+# jobs in (due time, member) order. The first bucket may keep the name of a job carried since.
 DELAYED_KEY: Final = "due"
 DUE_BUCKET_PREFIX: Final = "due:"
 # Redis keeps a ZSET of up to zset-max-listpack-entries (128 by default) entries as one listpack,

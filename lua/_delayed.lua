@@ -10,11 +10,15 @@
 -- jobs are ordered, so a bucket may be cut anywhere, inside a run of jobs due at one moment too
 -- (an add_many with one delay): every bucket stays small.
 -- Invariants every function here keeps:
---   * a bucket is never empty and holds at most DUE_BUCKET_MAX jobs; its index member is its
---     first member, scored with that member's due time;
+--   * a bucket is never empty and holds at most DUE_BUCKET_MAX jobs; its index entry is scored
+--     with its first job's due time, and named after that job, except in the first bucket;
+--   * the first bucket may keep the name of a job carry took from it (settle_first_bucket): a
+--     member no longer in the set, which sorts before the next bucket's index entry;
 --   * every job of a bucket comes before the next bucket's first job. So a job belongs to
 --     exactly one bucket: the last whose (score, name) is not after the job's (due, member) (the
 --     first bucket takes anything before all of them, and is renamed).
+-- Why the first bucket's exception: carry takes jobs from the front of the set a few at a time
+-- under steady load, and renaming copies the rest of the bucket (rekey_bucket) on every call.
 -- Jobs written by redelay before buckets are in the legacy ZSET <prefix>delayed (member -> due
 -- ms). Every function here reads it as well, and carry moves it into buckets a slice per call
 -- (delayed_take_due), lowest first, so it drains without a migration step.
@@ -130,6 +134,44 @@ local function rekey_bucket(index, name)
   end
 end
 
+-- After the first jobs of bucket `name`, the set's first bucket, were taken out (carry, cancel):
+-- drops it from the index when empty; else its index entry gets its new first job's due time and
+-- keeps its name while that entry still sorts before the next bucket's (one ZADD, where
+-- rekey_bucket copies up to DUE_BUCKET_MAX entries), and is renamed otherwise, so the index keeps
+-- the buckets in order. `score`: the entry's score, when the caller knows it.
+local function settle_first_bucket(index, name, score)
+  local first = rcall('ZRANGE', bucket_key(name), 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    rcall('ZREM', index, name)
+    return
+  end
+  if first[1] == name or tonumber(first[2]) == score then return end
+  local due = tonumber(first[2])
+  local next_bucket = rcall('ZRANGE', index, 1, 1, 'WITHSCORES')
+  local next_due = next_bucket[2] and tonumber(next_bucket[2])
+  -- Ties: a run due at one moment, cut into buckets; the next one's name must come after.
+  if next_due == nil or next_due > due
+      or (next_due == due and bytes_greater(next_bucket[1], name)) then
+    rcall('ZADD', index, 'XX', first[2], name)
+  else
+    rekey_bucket(index, name)
+  end
+end
+
+-- Where a first bucket still named after a job carry took is renamed: before that job comes
+-- back to the set (a bucket key names one bucket, and the job may start a bucket of its own).
+-- `first_name` is the first bucket's name; `entries` are jobs about to be added, none of them in
+-- the set, so one of them named like a bucket means that bucket's name is stale.
+local function rename_stale_first(index, first_name, entries)
+  if first_name == nil then return end
+  for _, entry in ipairs(entries) do
+    if entry[3] == first_name then
+      rekey_bucket(index, first_name)
+      return
+    end
+  end
+end
+
 local function by_due(a, b)
   return a[1] < b[1]
 end
@@ -222,11 +264,13 @@ local function add_to_bucket(index, name, score, group)
 end
 
 -- Adds `entries` ({due ms, due as text, member}, any order; none of them delayed already) to the
--- delayed set, with one ZADD per bucket they fall in. They are put in the set's order first
--- (sorted here when they come in another), so that jobs sharing buckets find them with one read
--- of the index, walked in step.
-local function delayed_insert(index, entries)
+-- delayed set, with one ZADD per bucket they fall in. `first_name` is the first bucket's name, as
+-- delayed_first_bucket_due read it just before (nil: no bucket). They are put in the set's order
+-- first (sorted here when they come in another), so that jobs sharing buckets find them with one
+-- read of the index, walked in step.
+local function delayed_insert(index, entries, first_name)
   if #entries == 0 then return end
+  rename_stale_first(index, first_name, entries)
   if #entries == 1 then
     local name, score = bucket_for(index, entries[1][2], entries[1][3])
     if name == nil then return write_pieces(index, entries, DUE_BUCKET_MAX) end
@@ -284,10 +328,11 @@ end
 
 -- The earliest due time in the buckets, or nil when there are none: what add and place compare a
 -- new job's due time with, to tell the carriers of an earlier one. Jobs still in the legacy
--- ZSET are left out, which at worst sends a wake no carrier needed.
+-- ZSET are left out, which at worst sends a wake no carrier needed. Second: the first bucket's
+-- name, for delayed_insert.
 local function delayed_first_bucket_due(index)
   local first = rcall('ZRANGE', index, 0, 0, 'WITHSCORES')
-  return first[2] and tonumber(first[2])
+  return first[2] and tonumber(first[2]), first[1]
 end
 
 -- The earliest due time in the delayed set (a number), or nil when it is empty.
@@ -310,9 +355,15 @@ end
 
 -- Removes `member`, whose record says it is due at `due_ms`; returns whether it was delayed.
 local function delayed_remove(index, member, due_ms)
-  local name = due_ms and bucket_for(index, integer_text(due_ms), member)
+  local name, score = nil, nil
+  if due_ms then name, score = bucket_for(index, integer_text(due_ms), member) end
   if name and rcall('ZREM', bucket_key(name), member) == 1 then
-    if name == member then rekey_bucket(index, name) end  -- it was the bucket's first
+    if name == member then
+      rekey_bucket(index, name)  -- it was the bucket's first
+    elseif due_ms == score then
+      -- It may have been the first job of a first bucket named after a job since carried.
+      settle_first_bucket(index, name, score)
+    end
     return true
   end
   return rcall('ZREM', legacy_delayed_key, member) == 1
@@ -328,12 +379,15 @@ local function drain_legacy(index, limit)
   for j = 1, #legacy, 2 do
     entries[#entries + 1] = {tonumber(legacy[j + 1]), legacy[j + 1], legacy[j]}
   end
-  delayed_insert(index, entries)
+  local _, first_name = delayed_first_bucket_due(index)
+  delayed_insert(index, entries, first_name)
   rcall('ZREMRANGEBYRANK', legacy_delayed_key, 0, #entries - 1)
 end
 
 -- Takes out the entries due at now_ms or earlier, at most `limit`, earliest first (equal due
--- times in member order). Returns {member, due text, member, due text, ...}.
+-- times in member order). Returns {member, due text, member, due text, ...}. Each bucket it takes
+-- from is the set's first by then (the ones before it were emptied), so settle_first_bucket
+-- drops or settles it.
 local function delayed_take_due(index, limit)
   drain_legacy(index, limit)
   local taken = {}
@@ -347,7 +401,7 @@ local function delayed_take_due(index, limit)
       for i = 1, #due do taken[#taken + 1] = due[i] end
       rcall('ZREMRANGEBYRANK', key, 0, #due / 2 - 1)
     end
-    rekey_bucket(index, name)
+    settle_first_bucket(index, name, nil)
   end
   return taken
 end

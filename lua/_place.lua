@@ -18,8 +18,8 @@ local function place(delayed_key, counts_key, member, due_ms, wake_channel, fron
     count(counts_key, member, 'ready', 1)
     return 'ready'
   end
-  local earliest = delayed_first_bucket_due(delayed_key)
-  delayed_insert(delayed_key, {{due_ms, integer_text(due_ms), member}})
+  local earliest, first_bucket = delayed_first_bucket_due(delayed_key)
+  delayed_insert(delayed_key, {{due_ms, integer_text(due_ms), member}}, first_bucket)
   count(counts_key, member, 'delayed', 1)
   if wake_channel ~= '' and (earliest == nil or due_ms < earliest) then
     rcall('PUBLISH', wake_channel, due_ms)

@@ -47,7 +47,7 @@ end
 if resent == n then return {0} end
 if #existing > 1 then return existing end
 
-local earliest = delayed_first_bucket_due(k.delayed)
+local earliest, first_bucket = delayed_first_bucket_due(k.delayed)
 local records, delayed, ready_by_topic, counts = {}, {}, {}, {}
 local min_new_due = nil
 for j = 0, n - 1 do
@@ -87,7 +87,7 @@ end
 -- Slices of 1000 values keep unpack() under Lua's limit and pairs (field value, score member)
 -- together.
 rcall_each_slice('HSET', k.jobs, records)
-delayed_insert(k.delayed, delayed)
+delayed_insert(k.delayed, delayed, first_bucket)
 for topic, list in pairs(ready_by_topic) do
   if #list > 0 then
     local before = rcall('LLEN', ready_key(topic))

@@ -310,3 +310,95 @@ def test_carry_drains_the_legacy_set_into_buckets(store: Store, fake_clock: Fake
     assert carries == 4
     assert delayed_order(store) == expected_order(dues)
     assert_compact(store)
+
+
+def carry_and_ack(store: Store, limit: int) -> list[str]:
+    """Carries up to ``limit`` due jobs, leases and acks them; their ids, in the order moved."""
+    count = store.carry(limit=limit)[0]
+    leases = store.lease("t", count) if count else []
+    store.ack_many([(lease.topic, lease.id, lease.token) for lease in leases])
+    return [lease.id for lease in leases]
+
+
+def test_carry_leaves_the_first_bucket_its_name_and_sets_its_due_time(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    now = fake_clock.now_ms()
+    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(128)}
+    add_due(store, dues)
+    fake_clock.advance(1_000 + 10 * 4)
+    assert carry_and_ack(store, limit=100) == [f"j{n:04d}" for n in range(5)]
+    for n in range(5):
+        del dues[f"j{n:04d}"]
+    (name, score, entries), *_ = buckets(store)
+    # Not renamed (which copies the bucket): named after a job no longer in the set, scored with
+    # its first job's due time, which is what carry and add read as the earliest.
+    assert (name, score, entries[0]) == ("t|j0000", dues["j0005"], ("t|j0005", dues["j0005"]))
+    assert store.earliest_due_ms() == dues["j0005"]
+    assert store.carry(limit=100) == (0, dues["j0005"])
+    assert delayed_order(store) == expected_order(dues)
+    assert_compact(store)
+
+
+@pytest.mark.parametrize("where", ["before all", "inside its old bucket", "after all"])
+def test_a_job_that_names_the_first_bucket_can_come_back(
+    store: Store, fake_clock: FakeClock, where: str
+) -> None:
+    """The first bucket keeps the name of a job carry took; when that job is added again, it
+    must not land in a second bucket under the same key, nor in that bucket still so named."""
+    now = fake_clock.now_ms()
+    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(128)}  # two full buckets
+    add_due(store, dues)
+    fake_clock.advance(1_000 + 10 * 4)
+    assert carry_and_ack(store, limit=100) == [f"j{n:04d}" for n in range(5)]
+    for n in range(5):
+        del dues[f"j{n:04d}"]
+    assert buckets(store)[0][0] == "t|j0000"
+    due = {
+        "before all": fake_clock.now_ms() + 1,
+        "inside its old bucket": dues["j0030"] + 1,
+        "after all": dues["j0127"] + 1,
+    }[where]
+    add_due(store, {"j0000": due})
+    dues["j0000"] = due
+    assert delayed_order(store) == expected_order(dues)
+    assert store.earliest_due_ms() == min(dues.values())
+    assert_compact(store)
+    assert store.cancel("t", "j0000") == "removed"
+    del dues["j0000"]
+    fake_clock.advance(2_000)
+    assert carry_and_ack(store, limit=1_000) == [m.split("|")[1] for m in expected_order(dues)]
+    assert buckets(store) == []
+
+
+def test_cancelling_the_first_job_under_a_kept_name_moves_the_earliest_due_time(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    now = fake_clock.now_ms()
+    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(100)}
+    add_due(store, dues)
+    fake_clock.advance(1_000)
+    assert carry_and_ack(store, limit=100) == ["j0000"]
+    del dues["j0000"]
+    for victim in ("j0001", "j0002"):
+        assert store.cancel("t", victim) == "removed"
+        del dues[victim]
+        assert store.earliest_due_ms() == min(dues.values())
+        assert buckets(store)[0][:2] == ("t|j0000", min(dues.values()))
+        assert_compact(store)
+    assert delayed_order(store) == expected_order(dues)
+
+
+def test_a_snapshot_reports_a_kept_first_bucket_name_whose_job_is_back_in_the_set(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    now = fake_clock.now_ms()
+    add_due(store, {f"j{n:04d}": now + 1_000 + 10 * n for n in range(100)})
+    fake_clock.advance(1_000)
+    assert carry_and_ack(store, limit=100) == ["j0000"]
+    assert store.snapshot().problems == {}
+    # What the scripts never do (rename_stale_first): the job back under the bucket's old name.
+    (_, _, _), (second, _, entries) = buckets(store)
+    store.client.zadd(store.keys.due_bucket(second), {"t|j0000": entries[-1][1]})
+    texts = [text for found in store.snapshot().problems.values() for text in found]
+    assert any("names the first bucket but is not its first job" in text for text in texts), texts

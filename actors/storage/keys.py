@@ -33,8 +33,8 @@ class ShardKeys:
         return self.prefix + c.DELAYED_KEY
 
     def due_bucket(self, name: str) -> str:
-        """The delayed set's bucket named after its first member ``name``: a ZSET of member ->
-        due time (ms)."""
+        """The delayed set's bucket named after its first member ``name`` (the first bucket:
+        perhaps a job carried since): a ZSET of member -> due time (ms)."""
         return self.prefix + c.DUE_BUCKET_PREFIX + name
 
     @property

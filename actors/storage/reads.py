@@ -155,7 +155,8 @@ def _delayed_entries(
     entries: list[tuple[Any, float]] = []
     problems: list[tuple[tuple[str, str], str]] = []
     previous_last: tuple[float, bytes] | None = None
-    for name_raw, score_raw, flat in layout[:-1]:
+    stale_first_name: str | None = None
+    for position, (name_raw, score_raw, flat) in enumerate(layout[:-1]):
         name, score = decoded(name_raw), float(score_raw)
         bucket = _as_scored(flat)
         if not bucket:
@@ -163,7 +164,11 @@ def _delayed_entries(
             continue
         first_member = decoded(bucket[0][0])
         first = split_member(first_member)
-        if (first_member, bucket[0][1]) != (name, score):
+        if position == 0 and first_member != name and bucket[0][1] == score:
+            # The first bucket may keep the name of a job carry took (settle_first_bucket);
+            # that job must not be in the set, checked below.
+            stale_first_name = name
+        elif (first_member, bucket[0][1]) != (name, score):
             problems.append(
                 (
                     first,
@@ -187,6 +192,15 @@ def _delayed_entries(
         previous_last = (bucket[-1][1], _raw(bucket[-1][0]))
         entries.extend(bucket)
     entries.extend(_as_scored(layout[-1]))
+    if stale_first_name is not None and any(
+        decoded(member) == stale_first_name for member, _ in entries
+    ):
+        problems.append(
+            (
+                split_member(stale_first_name),
+                "names the first bucket but is not its first job: a bucket key of two buckets",
+            )
+        )
     return entries, problems
 
 

@@ -320,16 +320,23 @@ def carry_and_ack(store: Store, limit: int) -> list[str]:
     return [lease.id for lease in leases]
 
 
+def carried_front(store: Store, fake_clock: FakeClock, jobs: int, carried: int) -> dict[str, int]:
+    """Adds ``jobs`` jobs 10 ms apart (j0000, j0001, ...), carries and acks the first
+    ``carried``; the dues of the jobs left."""
+    now = fake_clock.now_ms()
+    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(jobs)}
+    add_due(store, dues)
+    fake_clock.advance(1_000 + 10 * (carried - 1))
+    assert carry_and_ack(store, limit=100) == [f"j{n:04d}" for n in range(carried)]
+    for n in range(carried):
+        del dues[f"j{n:04d}"]
+    return dues
+
+
 def test_carry_leaves_the_first_bucket_its_name_and_sets_its_due_time(
     store: Store, fake_clock: FakeClock
 ) -> None:
-    now = fake_clock.now_ms()
-    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(128)}
-    add_due(store, dues)
-    fake_clock.advance(1_000 + 10 * 4)
-    assert carry_and_ack(store, limit=100) == [f"j{n:04d}" for n in range(5)]
-    for n in range(5):
-        del dues[f"j{n:04d}"]
+    dues = carried_front(store, fake_clock, jobs=128, carried=5)
     (name, score, entries), *_ = buckets(store)
     # Not renamed (which copies the bucket): named after a job no longer in the set, scored with
     # its first job's due time, which is what carry and add read as the earliest.
@@ -346,13 +353,7 @@ def test_a_job_that_names_the_first_bucket_can_come_back(
 ) -> None:
     """The first bucket keeps the name of a job carry took; when that job is added again, it
     must not land in a second bucket under the same key, nor in that bucket still so named."""
-    now = fake_clock.now_ms()
-    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(128)}  # two full buckets
-    add_due(store, dues)
-    fake_clock.advance(1_000 + 10 * 4)
-    assert carry_and_ack(store, limit=100) == [f"j{n:04d}" for n in range(5)]
-    for n in range(5):
-        del dues[f"j{n:04d}"]
+    dues = carried_front(store, fake_clock, jobs=128, carried=5)  # two full buckets at first
     assert buckets(store)[0][0] == "t|j0000"
     due = {
         "before all": fake_clock.now_ms() + 1,
@@ -374,12 +375,7 @@ def test_a_job_that_names_the_first_bucket_can_come_back(
 def test_cancelling_the_first_job_under_a_kept_name_moves_the_earliest_due_time(
     store: Store, fake_clock: FakeClock
 ) -> None:
-    now = fake_clock.now_ms()
-    dues = {f"j{n:04d}": now + 1_000 + 10 * n for n in range(100)}
-    add_due(store, dues)
-    fake_clock.advance(1_000)
-    assert carry_and_ack(store, limit=100) == ["j0000"]
-    del dues["j0000"]
+    dues = carried_front(store, fake_clock, jobs=100, carried=1)
     for victim in ("j0001", "j0002"):
         assert store.cancel("t", victim) == "removed"
         del dues[victim]
@@ -392,10 +388,7 @@ def test_cancelling_the_first_job_under_a_kept_name_moves_the_earliest_due_time(
 def test_a_snapshot_reports_a_kept_first_bucket_name_whose_job_is_back_in_the_set(
     store: Store, fake_clock: FakeClock
 ) -> None:
-    now = fake_clock.now_ms()
-    add_due(store, {f"j{n:04d}": now + 1_000 + 10 * n for n in range(100)})
-    fake_clock.advance(1_000)
-    assert carry_and_ack(store, limit=100) == ["j0000"]
+    carried_front(store, fake_clock, jobs=100, carried=1)
     assert store.snapshot().problems == {}
     # What the scripts never do (rename_stale_first): the job back under the bucket's old name.
     (_, _, _), (second, _, entries) = buckets(store)

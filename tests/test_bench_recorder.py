@@ -35,6 +35,9 @@ def test_deliveries_in_forked_children_count_once_and_the_last_one_writes(tmp_pa
     assert data["delivered"] == 6
     assert data["duplicates"] == 1
     assert len(data["lateness_ms"]) == 6
+    # Each lateness says whose it is, whichever process delivered it (the first of seq 2 counts).
+    assert sorted(data["seqs"]) == [0, 1, 2, 3, 4, 5]
+    assert data["seqs"][-2:] == [4, 5]
     assert data["first_ms"] <= data["last_ms"]
 
 
@@ -47,3 +50,14 @@ def test_a_child_completing_the_set_writes_the_file(tmp_path: Path) -> None:
     child.join(timeout=30)
     data = json.loads(out.read_text())
     assert (data["delivered"], data["unknown"]) == (2, 1)
+
+
+def test_each_lateness_is_written_beside_its_job_s_seq(tmp_path: Path) -> None:
+    out = tmp_path / "deliveries.json"
+    recorder = Recorder(3, out, tmp_path / "ready.json")
+    for seq in (2, 0, 1):  # job seq was due seq seconds ago
+        recorder.delivered({"seq": seq, "due_ms": now_ms() - 1000 * seq})
+    data = json.loads(out.read_text())
+    assert data["seqs"] == [2, 0, 1]
+    for seq, lateness in zip(data["seqs"], data["lateness_ms"], strict=True):
+        assert 1000 * seq <= lateness < 1000 * seq + 500

@@ -36,6 +36,11 @@ def cpu_ms() -> float:
     return time.process_time() * 1000
 
 
+def job_id(seq: int) -> str:
+    """The id every system's producer gives the job numbered ``seq``."""
+    return f"job-{seq}"
+
+
 @dataclass(frozen=True, slots=True)
 class BenchJob:
     seq: int
@@ -43,7 +48,7 @@ class BenchJob:
 
     @property
     def id(self) -> str:
-        return f"job-{self.seq}"
+        return job_id(self.seq)
 
     def body(self) -> dict[str, Any]:
         return {"seq": self.seq, "due_ms": self.due_ms, "pad": _PAD}

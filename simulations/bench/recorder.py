@@ -58,9 +58,11 @@ class Recorder:
         self._lock = multiprocessing.get_context("fork").Lock()
         self._seen_map = mmap.mmap(-1, max(expected, 1))
         self._lateness_map = mmap.mmap(-1, 8 * max(expected, 1))
+        self._seq_map = mmap.mmap(-1, 8 * max(expected, 1))  # beside each lateness: whose
         self._counters_map = mmap.mmap(-1, 8 * 7)
         self._seen = memoryview(self._seen_map)
         self._lateness_ms = memoryview(self._lateness_map).cast("d")
+        self._seqs = memoryview(self._seq_map).cast("q")
         self._counters = memoryview(self._counters_map).cast("d")
         self._capacity = expected
         self._counters[_EXPECTED] = expected
@@ -103,6 +105,7 @@ class Recorder:
                 threading.Thread(target=self._watch_dump, name="bench-dump", daemon=True).start()
             count = int(counters[_DELIVERED])
             self._lateness_ms[count] = at_ms - due_ms
+            self._seqs[count] = seq
             counters[_DELIVERED] = count + 1
             if count == 0:
                 counters[_FIRST_MS] = at_ms
@@ -127,6 +130,9 @@ class Recorder:
                 "last_ms": counters[_LAST_MS] if count else None,
                 "cpu_ms": cpu_ms(),
                 "lateness_ms": [round(x, 3) for x in self._lateness_ms[:count]],
+                # Whose lateness each is (its job's seq), so a reader can join it with what
+                # else it knows of the job: simulations.lateness_hops, with the audit stream.
+                "seqs": list(self._seqs[:count]),
             }
         write_json_atomic(self.out_path, data)
 

@@ -242,7 +242,7 @@ def collect_deliveries(
         result = agent.wait_file(agent.out, DUMP_TIMEOUT_S)
     if result is None:  # nothing was delivered, so no process had anything to dump
         result = {"delivered": 0, "duplicates": 0, "first_ms": None, "last_ms": None}
-        result["lateness_ms"] = []
+        result["lateness_ms"], result["seqs"] = [], []
     return result, spent_ms
 
 
@@ -271,10 +271,14 @@ def run_scenario(
     context: RunContext,
     server: BenchServer | None = None,
     settled: Callable[[], bool] | None = None,
+    *,
+    per_job: bool = False,
 ) -> dict[str, Any]:
     """Runs one scenario on a fresh server, or on ``server`` when given (left running, with
     whatever the caller put in it: simulations.pending_scale fills it first); returns the record
-    (see report.RECORD_FIELDS).
+    (see report.RECORD_FIELDS). With ``per_job`` the record also holds
+    ``lateness_ms_by_seq``, each delivered job's lateness by its seq (for
+    simulations.lateness_hops; not a field of the benchmark's JSON).
 
     The worker is stopped at once (``os._exit``) when its last job has been handled, which can
     be before its last acks reached Redis. A caller that runs the next scenario on the same
@@ -332,6 +336,10 @@ def run_scenario(
             starts = {"immediate": worker_ready["go_ms"], "burst": burst_due_ms}
             since_ms = starts.get(scenario.kind)
             record.update(delivery_fields(deliveries, added, since_ms))
+            if per_job:
+                record["lateness_ms_by_seq"] = dict(
+                    zip(deliveries["seqs"], deliveries["lateness_ms"], strict=True)
+                )
         own = server.own_commands - own_before
         after = server.stats()
         commands = after.commands - before.commands - own

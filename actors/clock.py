@@ -141,6 +141,13 @@ class SystemClock:
     def now_ms(self) -> int:
         return int(time.time() * 1000 + self._offset_ms)
 
+    def seconds_until(self, at_ms: int) -> float:
+        """How long until this clock reads ``at_ms`` (0 or less once it does), from the exact
+        time. Not ``at_ms - now_ms()``: now_ms() truncates, so a wait of that long ended up to a
+        millisecond after ``at_ms``, half a millisecond on average, and every timer (the
+        carrier's at each due time among them) fired that much late."""
+        return (at_ms - (time.time() * 1000 + self._offset_ms)) / 1000
+
     def call_at(self, at_ms: int, callback: Callback) -> Timer:
         timer = self._timers.timer(at_ms, callback)
         with self._cond:
@@ -182,7 +189,9 @@ class SystemClock:
                     if timer is not None:
                         break
                     earliest = self._timers.earliest_ms()
-                    wait_s = None if earliest is None else (earliest - self.now_ms()) / 1000
+                    # Until the clock reads `earliest` exactly: it is due then (see seconds_until).
+                    # A wait that ends a hair early finds it not yet due and waits the rest.
+                    wait_s = None if earliest is None else max(0.0, self.seconds_until(earliest))
                     self._asleep, self._asleep_until_ms = True, earliest
                     self._cond.wait(timeout=wait_s)
                     self._asleep = False

@@ -21,7 +21,11 @@ due times are whole milliseconds too. So a hop's percentiles are in whole ms, an
 hop that starts at a due time reads half a millisecond short on average: the means below add it
 back (``TRUNCATION_MS``). The second hop's two ends are both truncated, so nothing is added; the
 hand-off starts at a truncated time and ends at an exact one, so it reads half a millisecond long
-on average (each job's up to one): its mean takes the half off, its percentiles keep it.
+on average (each job's up to one): its mean takes the half off, its percentiles keep it. Half a
+millisecond is right for an instant placed anywhere in its millisecond. Since the clock's timers
+wake at a millisecond's start (SystemClock.seconds_until, 2026-11-29) a carry falls early in its
+millisecond, so the corrected carry mean reads high and the lease and hand-off means low, by up
+to half a millisecond between them; the sum of the hops, the lateness, is exact either way.
 
 The lateness mean is the mean of every delivered job's lateness. (Up to 2026-11-29 it was the mean
 of the record's 101 quantile points, of which the max is one: a single job late by 160 ms, one

@@ -170,6 +170,20 @@ def test_a_system_clock_timer_is_no_longer_pending_once_it_ran() -> None:
         clock.close()
 
 
+def test_seconds_until_counts_from_the_exact_time_not_the_truncated_ms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 0.7 ms into a millisecond: now_ms() reads the millisecond's start, but the next one is
+    # 0.3 ms away, not 1 (a wait of a whole one fired every timer up to a millisecond late).
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.0007)
+    plain, ahead = SystemClock(), SystemClock(offset_ms=0.5)
+    assert plain.now_ms() == 1_700_000_000_000
+    assert plain.seconds_until(1_700_000_000_001) == pytest.approx(0.0003, abs=1e-6)
+    assert plain.seconds_until(1_700_000_000_000) == pytest.approx(-0.0007, abs=1e-6)
+    assert ahead.now_ms() == 1_700_000_000_001  # 1.2 ms in, with its offset
+    assert ahead.seconds_until(1_700_000_000_002) == pytest.approx(0.0008, abs=1e-6)
+
+
 def test_system_clock_timers_fire_on_their_thread_in_order() -> None:
     clock = SystemClock()
     fired: list[str] = []

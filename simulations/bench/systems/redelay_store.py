@@ -6,6 +6,7 @@ the same Store.add_many the DelayQueue facade uses.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import orjson
@@ -23,6 +24,10 @@ NAMESPACE = "bench"
 CARRY_LIMIT = 1_000
 LEASE_LIMIT = 100
 IDLE_WAIT_MAX_S = 0.1  # ready jobs added without a wake message are seen at most this late
+# A wait on the wake channel is a socket wait, which Python rounds up to whole milliseconds: the
+# loop waits there until this long before the due time, and sleeps the rest (a wake message for
+# an even earlier job is then read at most this late).
+EXACT_SLEEP_S = 0.002
 
 
 def store_for(socket_path: str) -> Store:
@@ -57,6 +62,8 @@ def produce(spec: AgentSpec, due: DueTimes) -> ProduceResult:
 
 def work(spec: AgentSpec, recorder: Recorder) -> None:
     store = store_for(spec.socket_path)
+    clock = store.clock
+    assert isinstance(clock, SystemClock)
     pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     pubsub.subscribe(store.keys.wake_channel)
     recorder.ready()
@@ -72,6 +79,9 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
             continue
         wait_s = IDLE_WAIT_MAX_S
         if next_due_ms is not None:
-            wait_s = min(wait_s, max(0.0, (next_due_ms - store.clock.now_ms()) / 1000))
-        if wait_s > 0:
-            pubsub.get_message(timeout=wait_s)
+            # From the exact time, as the actors' clock waits (SystemClock.seconds_until).
+            wait_s = min(wait_s, max(0.0, clock.seconds_until(next_due_ms)))
+        if wait_s > EXACT_SLEEP_S:
+            pubsub.get_message(timeout=wait_s - EXACT_SLEEP_S)
+        elif wait_s > 0:
+            time.sleep(wait_s)

@@ -29,6 +29,11 @@
 -- @constant LEGACY_DELAYED_KEY
 
 local legacy_delayed_key = prefix .. LEGACY_DELAYED_KEY
+-- An add walks the index entries its due times span while there are at most this many per job;
+-- past that, Redis finds each job's bucket (buckets_by_rank), about two commands a job, which
+-- cost Redis as much as reading that many entries into Lua and comparing them (measured with
+-- simulations/script_instructions.py).
+local WALK_BUCKETS_PER_JOB = 8
 
 local function bucket_key(name)
   return prefix .. DUE_BUCKET_PREFIX .. name
@@ -41,9 +46,13 @@ local byte = string.byte
 -- locales, Redis's default when nothing sets one, and C.UTF-8 compare bytes; a language's locale
 -- folds case and skips punctuation, which this probe catches. Members are printable ASCII
 -- (topics and ids are validated so), hence the probe: every printable character in byte order,
--- and the multi-character cases where language collations differ. Checked once per script call,
--- the first time two members are compared: < is about ten times faster than the byte loop.
+-- and the multi-character cases where language collations differ. < is about ten times faster
+-- than the byte loop, but the probe's hundred strcoll() calls cost Redis about as much as the
+-- rest of an add of one job (simulations/script_instructions.py): a call probes only once it has
+-- compared more members than BYTE_LOOP_COMPARISONS, which a call handling one job never does.
 local collation_is_bytes = nil
+local BYTE_LOOP_COMPARISONS = 32
+local comparisons = 0
 local function probe_collation()
   local previous = ' '
   for code = 33, 126 do
@@ -57,7 +66,10 @@ end
 -- Byte order, as a ZSET orders equal scores.
 local function bytes_greater(a, b)
   if a == b then return false end
-  if collation_is_bytes == nil then collation_is_bytes = probe_collation() end
+  if collation_is_bytes == nil then
+    comparisons = comparisons + 1
+    if comparisons > BYTE_LOOP_COMPARISONS then collation_is_bytes = probe_collation() end
+  end
   if collation_is_bytes then return a > b end
   for j = 1, math.min(#a, #b) do
     local x, y = byte(a, j), byte(b, j)
@@ -87,20 +99,31 @@ local function comes_after(due_a, member_a, due_b, member_b)
   return bytes_greater(member_a, member_b)
 end
 
+-- The last bucket that starts at the due time `due_text` or before it, else the first bucket,
+-- with its score, and whether that is the bucket of the job (due, member): it is, unless it
+-- starts at this very due time after `member` (a cut run of jobs due at one moment), and then
+-- the job's bucket is an earlier one of that due time. nil, nil when there is no bucket.
+local function bucket_at_or_before(index, due_text, member)
+  local found = rcall('ZREVRANGEBYSCORE', index, due_text, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
+  if #found == 0 then return nil, nil, true end
+  local name, score = found[1], tonumber(found[2])
+  return name, score, score ~= tonumber(due_text) or not bytes_greater(name, member)
+end
+
 -- The bucket the job (due, member) belongs to, and its score: the last bucket whose (score,
 -- name) is not after the job's, else the first bucket; nil, nil when there is no bucket. One
 -- read, unless buckets start at this very due time after `member`: then a binary search among
--- the buckets that start at it (a cut run of jobs due at one moment).
+-- the buckets that start at it. It only reads (list calls it), where an add finds buckets with
+-- buckets_by_rank.
 local function bucket_for(index, due_text, member)
-  local found = rcall('ZREVRANGEBYSCORE', index, due_text, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
-  if #found == 0 then return nil, nil end
-  local name, score = found[1], tonumber(found[2])
-  if score ~= tonumber(due_text) or not bytes_greater(name, member) then return name, score end
+  local name, score, settled = bucket_at_or_before(index, due_text, member)
+  if settled then return name, score end
   -- The first bucket of this due time named after `member`: `name` or one before it.
   local after = first_rank_after(index, rcall('ZCOUNT', index, '-inf', '(' .. due_text),
                                  rcall('ZRANK', index, name), member)
-  found = rcall('ZRANGE', index, math.max(after - 1, 0), math.max(after - 1, 0), 'WITHSCORES')
+  local found = rcall('ZRANGE', index, math.max(after - 1, 0), math.max(after - 1, 0),
+                      'WITHSCORES')
   return found[1], tonumber(found[2])
 end
 
@@ -263,6 +286,43 @@ local function add_to_bucket(index, name, score, group)
   write_pieces(index, merged, DUE_BUCKET_FILL)
 end
 
+-- Calls put(bucket, its score, entry) for each of `entries` ({due, due text, member}, in the
+-- set's order; none of them in the set nor naming a bucket; the set has a bucket) with the
+-- bucket it belongs to, found by Redis's own search rather than by reading buckets: the entries
+-- are put in the index for a moment, where the rank of each, less the entries before it, is the
+-- number of buckets before it, the last of which is its bucket (the first bucket for an entry
+-- before them all). That is a command per job and one per bucket found, however many buckets the
+-- call's due times span, where walking the index reads each of them and bucket_for reads one per
+-- step of its search. The index is as before when this returns (the replication stream and the
+-- AOF carry the ZADD and the ZREM). Returns false, having changed nothing, when an entry's
+-- member is already in the index: the invariants rule that out, and a rank would then be wrong.
+local function buckets_by_rank(index, entries, put)
+  local members = {}
+  for j, entry in ipairs(entries) do members[j] = entry[3] end
+  for first = 1, #members, 1000 do
+    local scores = rcall('ZMSCORE', index, unpack(members, first, math.min(first + 999, #members)))
+    for _, score in ipairs(scores) do
+      if score then return false end
+    end
+  end
+  rcall_each_slice('ZADD', index, zadd_args(entries))
+  local before = {}
+  for j, member in ipairs(members) do
+    before[j] = math.max(rcall('ZRANK', index, member) - j, 0)
+  end
+  rcall_each_slice('ZREM', index, members)
+  local rank, name, score = nil, nil, nil
+  for j, entry in ipairs(entries) do
+    if before[j] ~= rank then
+      rank = before[j]
+      local found = rcall('ZRANGE', index, rank, rank, 'WITHSCORES')
+      name, score = found[1], tonumber(found[2])
+    end
+    put(name, score, entry)
+  end
+  return true
+end
+
 -- Adds `entries` ({due ms, due as text, member}, any order; none of them delayed already) to the
 -- delayed set, with one ZADD per bucket they fall in. `first_name` is the first bucket's name, as
 -- delayed_first_bucket_due read it just before (nil: no bucket). They are put in the set's order
@@ -272,8 +332,17 @@ local function delayed_insert(index, entries, first_name)
   if #entries == 0 then return end
   rename_stale_first(index, first_name, entries)
   if #entries == 1 then
-    local name, score = bucket_for(index, entries[1][2], entries[1][3])
+    local entry = entries[1]
+    local name, score, settled = bucket_at_or_before(index, entry[2], entry[3])
     if name == nil then return write_pieces(index, entries, DUE_BUCKET_MAX) end
+    if not settled then
+      -- Inside a cut run of jobs due at one moment: Redis finds the bucket (bucket_for's search
+      -- should the premise of buckets_by_rank fail).
+      local function take(bucket, bucket_score) name, score = bucket, bucket_score end
+      if not buckets_by_rank(index, entries, take) then
+        name, score = bucket_for(index, entry[2], entry[3])
+      end
+    end
     return add_to_bucket(index, name, score, entries)
   end
   for j = 2, #entries do
@@ -303,12 +372,10 @@ local function delayed_insert(index, entries, first_name)
     group[#group + 1] = entry
   end
   local first, last = entries[1][2], entries[#entries][2]
-  if rcall('ZCOUNT', index, first, last) > #entries then
-    -- Few jobs per bucket (jobs spread over a large set): one lookup each.
-    for _, entry in ipairs(entries) do
-      local bucket, bucket_score = bucket_for(index, entry[2], entry[3])
-      put(bucket, bucket_score, entry)
-    end
+  if rcall('ZCOUNT', index, first, last) > #entries * WALK_BUCKETS_PER_JOB
+      and buckets_by_rank(index, entries, put) then
+    -- Few jobs per bucket (jobs spread over a large set, or falling between the jobs of a long
+    -- run due at one moment): Redis finds each one's bucket.
   else
     -- Many jobs per bucket: the buckets that start within the call's due times, read at once and
     -- walked in step with the jobs.

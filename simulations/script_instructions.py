@@ -13,7 +13,10 @@ and writing the reply. ``--lua DIR`` adds the scripts of another directory (an o
 ``lua/``) as a variant beside this checkout's, each on a fresh server. ``--due-order`` says how
 the jobs' due times fall: all at one moment (the default, as before 2026-11-28), one ms apart in
 the order added, or at random; the last two spread the delayed set over many buckets
-(lua/_delayed.lua), as a queue in use does.
+(lua/_delayed.lua), as a queue in use does. ``--ids`` says how the jobs are named: zero-padded
+(``job-00000012``, the default), so that ids made in order are in byte order too, or unpadded
+(``job-12``, as the benchmarks and most order numbers name them): then a call's jobs due at one
+moment fall between jobs already in the set, the costly case for an add.
 
 Needs valgrind (Debian's package ``valgrind``) and a redis-server; about 30 s per variant at the
 defaults (valgrind runs Redis some 50 times slower).
@@ -49,6 +52,7 @@ PHASES = ("add", "carry", "lease", "ack")
 _BODY = {"order": 1, "note": "x" * 80}  # about 100 bytes of JSON, as measure_memory's bodies
 _DELAY_MS = 60_000
 _WARM = 600  # jobs per warm-up group: over the 512 fields a hash holds as a listpack
+ID_FORMATS = {"padded": "job-%08d", "unpadded": "job-%d"}
 
 
 @dataclass(frozen=True)
@@ -137,9 +141,10 @@ def count(
     batch: int,
     redis_server: str,
     due_order: str = "same",
+    id_format: str = ID_FORMATS["padded"],
 ) -> Count:
     """Instructions per job of each phase, for the scripts in ``lua``, on a fresh server;
-    ``due_order`` as in ``_offsets``."""
+    ``due_order`` as in ``_offsets``; ``id_format`` one of ``ID_FORMATS``."""
     with tempfile.TemporaryDirectory(prefix="redelay-instructions-") as tmp:
         binary = _callgrind_binary(Path(tmp), redis_server)
         # hz 1: Redis's timed housekeeping (serverCron) would otherwise run ten times a second,
@@ -173,7 +178,7 @@ def count(
                 ids = range(start, min(start + add_batch, jobs))
                 store.add_many(
                     [
-                        store.new_job("t", f"job-{n:08d}", _BODY, delay_ms=_DELAY_MS + offsets[n])
+                        store.new_job("t", id_format % n, _BODY, delay_ms=_DELAY_MS + offsets[n])
                         for n in ids
                     ]
                 )
@@ -232,6 +237,12 @@ def main() -> None:
         help="the jobs' due times: all at once (the default), one ms apart as added, or at random"
         " over a minute (the parked jobs then over a year)",
     )
+    parser.add_argument(
+        "--ids",
+        choices=tuple(ID_FORMATS),
+        default="padded",
+        help="job ids zero-padded (the default: made in order, they are in byte order) or not",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
@@ -240,7 +251,16 @@ def main() -> None:
     variants = {"this checkout": lua_dir(), **{str(p): p for p in args.lua}}
     redis_server = find_redis_server()
     counts = [
-        count(path, label, args.jobs, args.add_batch, args.batch, redis_server, args.due_order)
+        count(
+            path,
+            label,
+            args.jobs,
+            args.add_batch,
+            args.batch,
+            redis_server,
+            args.due_order,
+            ID_FORMATS[args.ids],
+        )
         for label, path in variants.items()
     ]
     if args.json:

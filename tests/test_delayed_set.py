@@ -153,6 +153,44 @@ def test_a_burst_due_at_one_moment_is_cut_into_small_buckets_and_moves_in_member
     assert_compact(store)
 
 
+def zmscore_calls(store: Store) -> int:
+    """How many ZMSCORE commands Redis has run: only an add that has Redis find its jobs'
+    buckets by rank (lua/_delayed.lua, buckets_by_rank) calls it."""
+    stats: Any = store.client.info("commandstats")
+    return int(stats.get("cmdstat_zmscore", {}).get("calls", 0))
+
+
+def test_jobs_falling_between_the_buckets_of_a_long_run_due_at_one_moment_find_their_buckets(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    rng = random.Random(13)
+    now = fake_clock.now_ms()
+    due = now + 1_000
+    ids = mixed_ids(rng, 3_300)
+    # A long run due at one moment, cut into many buckets; then jobs that fall between its jobs,
+    # in calls far smaller than the buckets the run spans, one job at a time too, and calls that
+    # also hold jobs due before and after the run.
+    dues = dict.fromkeys(ids[:3_000], due)
+    add_due(store, dues, batch=500)
+    before = zmscore_calls(store)
+    small = dict.fromkeys(ids[3_000:3_200], due)
+    add_due(store, small, batch=3)
+    single = dict.fromkeys(ids[3_200:3_250], due)
+    add_due(store, single, batch=1)
+    around = {job_id: due + rng.choice([-1, 0, 0, 1]) for job_id in ids[3_250:]}
+    add_due(store, around, batch=5)
+    assert zmscore_calls(store) > before  # the calls above went by rank, not by a walk
+    dues |= small | single | around
+    assert_compact(store)
+    assert delayed_order(store) == expected_order(dues)
+    assert listed_delayed(store, page_size=97) == expected_order(dues)
+    fake_clock.advance(1_001)
+    moved: list[str] = []
+    while (count := store.carry(limit=400)[0]) > 0:
+        moved.extend(f"t|{lease.id}" for lease in store.lease("t", count))
+    assert moved == expected_order(dues)
+
+
 def compare_bytes_in_lua(store: Store, directory: Path) -> None:
     """Makes ``store`` run scripts that compare members with the byte loop, as on a server whose
     collation is a language's (Lua's < then is not byte order), which no test server here has."""

@@ -59,3 +59,11 @@ def test_due_orders_give_each_job_its_offset() -> None:
     spread = script_instructions._offsets("random", 500, 1_000, seed=1)
     assert spread == script_instructions._offsets("random", 500, 1_000, seed=1)  # seeded
     assert all(0 <= x < 1_000 for x in spread) and len(set(spread)) > 300
+
+
+def test_padded_ids_made_in_order_are_in_byte_order_and_unpadded_ones_are_not() -> None:
+    made = range(1_200)
+    padded = [script_instructions.ID_FORMATS["padded"] % n for n in made]
+    unpadded = [script_instructions.ID_FORMATS["unpadded"] % n for n in made]
+    assert sorted(padded) == padded
+    assert sorted(unpadded) != unpadded and unpadded[12] == "job-12"

@@ -30,10 +30,10 @@
 
 local legacy_delayed_key = prefix .. LEGACY_DELAYED_KEY
 -- An add walks the index entries its due times span while there are at most this many per job;
--- past that, Redis finds each job's bucket (buckets_by_rank). Counted with
--- simulations/script_instructions.py (add_many of 100, unpadded ids, instructions per add): a
--- 30,000-job burst due at one moment 111,874 at 1, 113,041 at 3, 130,645 at 8 (it still walks);
--- jobs at random over a minute 152,750 at 1, 151,024 at 3, 150,942 at 8.
+-- past that, it looks up each due time's bucket (put_by_lookup). Counted with
+-- simulations/script_instructions.py (--ids unpadded --add-batch 100 --jobs 30000, a burst due
+-- at one moment, add's instructions per job): 114,889 at 1, 115,452 at 3, 130,630 at 8 (which
+-- still walks the index there).
 local WALK_BUCKETS_PER_JOB = 3
 
 local function bucket_key(name)
@@ -324,6 +324,40 @@ local function buckets_by_rank(index, entries, put)
   return true
 end
 
+-- Calls put(bucket, its score, entry) for each of `entries` ({due, due text, member}, in the
+-- set's order; none of them in the set) with the bucket it belongs to (nil: there is none), in
+-- their order. One read of the index per due time among them (bucket_at_or_before): it settles
+-- every job of that due time, unless buckets start at it after the first of them (a cut run);
+-- those jobs are found by rank, all at once (buckets_by_rank). So jobs spread over a large set
+-- cost one command each, and jobs that fall between the jobs of a run due at one moment
+-- about two, where a search among that run's buckets took one per step.
+local function put_by_lookup(index, entries, put)
+  local names, scores, inside = {}, {}, {}
+  local j = 1
+  while j <= #entries do
+    local due = entries[j][1]
+    local name, score, settled = bucket_at_or_before(index, entries[j][2], entries[j][3])
+    repeat
+      if settled then names[j], scores[j] = name, score else inside[#inside + 1] = j end
+      j = j + 1
+    until j > #entries or entries[j][1] ~= due
+  end
+  if #inside > 0 then
+    local run, taken = {}, 0
+    for i, at in ipairs(inside) do run[i] = entries[at] end
+    local function take(name, score)
+      taken = taken + 1
+      names[inside[taken]], scores[inside[taken]] = name, score
+    end
+    if not buckets_by_rank(index, run, take) then
+      for _, at in ipairs(inside) do
+        names[at], scores[at] = bucket_for(index, entries[at][2], entries[at][3])
+      end
+    end
+  end
+  for at, entry in ipairs(entries) do put(names[at], scores[at], entry) end
+end
+
 -- Adds `entries` ({due ms, due as text, member}, any order; none of them delayed already) to the
 -- delayed set, with one ZADD per bucket they fall in. `first_name` is the first bucket's name, as
 -- delayed_first_bucket_due read it just before (nil: no bucket). They are put in the set's order
@@ -333,17 +367,11 @@ local function delayed_insert(index, entries, first_name)
   if #entries == 0 then return end
   rename_stale_first(index, first_name, entries)
   if #entries == 1 then
-    local entry = entries[1]
-    local name, score, settled = bucket_at_or_before(index, entry[2], entry[3])
+    local name, score = nil, nil
+    put_by_lookup(index, entries, function(bucket, bucket_score)
+      name, score = bucket, bucket_score
+    end)
     if name == nil then return write_pieces(index, entries, DUE_BUCKET_MAX) end
-    if not settled then
-      -- Inside a cut run of jobs due at one moment: Redis finds the bucket (bucket_for's search
-      -- should the premise of buckets_by_rank fail).
-      local function take(bucket, bucket_score) name, score = bucket, bucket_score end
-      if not buckets_by_rank(index, entries, take) then
-        name, score = bucket_for(index, entry[2], entry[3])
-      end
-    end
     return add_to_bucket(index, name, score, entries)
   end
   for j = 2, #entries do
@@ -373,10 +401,10 @@ local function delayed_insert(index, entries, first_name)
     group[#group + 1] = entry
   end
   local first, last = entries[1][2], entries[#entries][2]
-  if rcall('ZCOUNT', index, first, last) > #entries * WALK_BUCKETS_PER_JOB
-      and buckets_by_rank(index, entries, put) then
-    -- Few jobs per bucket (jobs spread over a large set, or falling between the jobs of a long
-    -- run due at one moment): Redis finds each one's bucket.
+  if rcall('ZCOUNT', index, first, last) > #entries * WALK_BUCKETS_PER_JOB then
+    -- Few jobs per bucket: jobs spread over a large set, or falling between the jobs of a long
+    -- run due at one moment.
+    put_by_lookup(index, entries, put)
   else
     -- Many jobs per bucket: the buckets that start within the call's due times, read at once and
     -- walked in step with the jobs.

@@ -115,8 +115,8 @@ end
 -- The bucket the job (due, member) belongs to, and its score: the last bucket whose (score,
 -- name) is not after the job's, else the first bucket; nil, nil when there is no bucket. One
 -- read, unless buckets start at this very due time after `member`: then a binary search among
--- the buckets that start at it. It only reads (list calls it), where an add finds buckets with
--- buckets_by_rank.
+-- the buckets that start at it, one ZRANGE per step. It only reads, so the listing and inspect
+-- can call it; an add finds the jobs of a cut run by rank instead (put_by_lookup).
 local function bucket_for(index, due_text, member)
   local name, score, settled = bucket_at_or_before(index, due_text, member)
   if settled then return name, score end

@@ -69,6 +69,14 @@ def listed_delayed(store: Store, page_size: int) -> list[str]:
         after = page.next_after
 
 
+def carried_and_leased(store: Store, limit: int) -> list[str]:
+    """Carries every due job, ``limit`` a call, leasing each call's jobs: the order they came."""
+    moved: list[str] = []
+    while (count := store.carry(limit=limit)[0]) > 0:
+        moved.extend(f"t|{lease.id}" for lease in store.lease("t", count))
+    return moved
+
+
 def expected_order(dues: dict[str, int]) -> list[str]:
     return [f"t|{job_id}" for job_id, _ in sorted(dues.items(), key=lambda kv: (kv[1], kv[0]))]
 
@@ -145,9 +153,7 @@ def test_a_burst_due_at_one_moment_is_cut_into_small_buckets_and_moves_in_member
     assert_compact(store)
     assert delayed_order(store) == expected_order(dues)
     fake_clock.advance(1_000)
-    moved: list[str] = []
-    while (count := store.carry(limit=150)[0]) > 0:
-        moved.extend(f"t|{lease.id}" for lease in store.lease("t", count))
+    moved = carried_and_leased(store, limit=150)
     assert moved == [m for m in expected_order(dues) if m != "t|late"]
     assert delayed_order(store) == ["t|late"]
     assert_compact(store)
@@ -185,9 +191,7 @@ def test_jobs_falling_between_the_buckets_of_a_long_run_due_at_one_moment_find_t
     assert delayed_order(store) == expected_order(dues)
     assert listed_delayed(store, page_size=97) == expected_order(dues)
     fake_clock.advance(1_001)
-    moved: list[str] = []
-    while (count := store.carry(limit=400)[0]) > 0:
-        moved.extend(f"t|{lease.id}" for lease in store.lease("t", count))
+    moved = carried_and_leased(store, limit=400)
     assert moved == expected_order(dues)
 
 
@@ -326,11 +330,9 @@ def test_jobs_of_an_older_redelay_are_found_listed_cancelled_and_carried_in_due_
     assert store.snapshot().problems == {}
     assert listed_delayed(store, page_size=50) == expected_order(dues)
     fake_clock.advance(1_000 + 2 * 150)
-    moved: list[str] = []
-    while (count := store.carry(limit=100)[0]) > 0:
-        moved.extend(lease.id for lease in store.lease("t", count))
+    moved = carried_and_leased(store, limit=100)
     due_now = {j: d for j, d in dues.items() if d <= fake_clock.now_ms()}
-    assert moved == [j.split("|")[1] for j in expected_order(due_now)]
+    assert moved == expected_order(due_now)
     # Each carry moved a slice of the legacy set into buckets; what is left of it waits there.
     assert store.client.zcard(store.keys.legacy_delayed) < 300
     assert store.snapshot().problems == {}

@@ -11,6 +11,9 @@ from two kinds of directive line:
   :mod:`actors._constants`, so key names and defaults the scripts share with Python are written
   once, there.
 
+Then the helper functions the script never uses are left out (:mod:`script_pruning`): Redis runs
+a script's whole top level on every call, each helper's closure included.
+
 A full Redis (``maxmemory`` reached, ``noeviction``) must keep delivering: the jobs it holds are
 what frees memory once they are acked. Redis refuses a script without a shebang at its first write
 command that may use memory (XADD, RPUSH, HSET...), and lets every later write through; a first
@@ -35,6 +38,7 @@ from redis.exceptions import NoScriptError
 from actors import _constants
 from actors.errors import RedisFullError
 from actors.storage.held_connections import HeldConnections, holdable
+from actors.storage.script_pruning import HelperSplitError, prune_unused_helpers
 
 _INCLUDE_RE = re.compile(r"^-- @include (\S+)[ \t]*$", re.MULTILINE)
 _CONSTANT_RE = re.compile(r"^-- @constant (\S+)[ \t]*$", re.MULTILINE)
@@ -128,7 +132,10 @@ def load_sources(directory: Path) -> dict[str, tuple[int, str]]:
         match = _NAME_RE.match(path.name)
         if match is None:
             continue  # helpers such as _lib.lua are only included
-        source = expand(directory, path.name)
+        try:
+            source = prune_unused_helpers(expand(directory, path.name))
+        except HelperSplitError as exc:
+            raise ScriptSourceError(f"{path.name}: {exc}") from exc
         if match["name"] in MEMORY_FLAGS:
             source = allow_full(source)
         found[match["name"]] = (int(match["keys"]), source)

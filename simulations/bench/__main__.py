@@ -12,6 +12,9 @@ pending jobs (simulations/pending_scale.py) and 1, 2, 4 worker processes on one 
 add_many, add_stream), sized by the mode (see scale.py); each has a --no-... flag.
 
 One ``--seed`` drives the steady scenarios' delays; every setting is printed at the start.
+A full run first times the speed reference (speed_reference.py) and stops, exit code 3, when this
+host is over SLOW_HOST_RATIO times slower than the one that made the page it would rewrite
+(``--slow-host`` runs anyway): the targets are absolute, so a slow host's page fails them alone.
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-producers",
         action="store_true",
         help="skip redelay's producers (simulations/producer_speed.py)",
+    )
+    parser.add_argument(
+        "--slow-host",
+        action="store_true",
+        help="let a full run rewrite the page on a host over "
+        f"{speed_reference.SLOW_HOST_RATIO}x slower than the one that made it",
     )
     parser.add_argument(
         "--render",
@@ -276,6 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     load: dict[str, Any] = {"start": list(os.getloadavg())}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="redelay-bench-") as workdir:
+        if args.mode == "full" and not args.slow_host:
+            point = speed_reference.measure(Path(workdir), "the host check")
+            refusal = speed_reference.slow_host_refusal(point, out_dir / "benchmarks.json")
+            if refusal is not None:
+                print(f"refused: {refusal}", flush=True)
+                return 3
         code_dir = Path(workdir) / "code"
         code = snapshot_code(code_dir)
         sources()  # the in-process script measurements use the scripts as they are now, too

@@ -511,6 +511,7 @@ def values(results: dict[str, Any]) -> dict[str, str]:
         "load_end": ", ".join(f"{x:.2f}" for x in load.get("end", [])) or MISSING,
         "load_max": num(load.get("max_1m"), 2),
         "speed_summary": speed_summary(load.get("speed_reference") or []),
+        "slow_host_ratio": f"{speed_reference.SLOW_HOST_RATIO:g}",
         "speed_table": speed_table(load.get("speed_reference") or []),
         "pinned": "yes" if results.get("pinned") else "no (fewer than 2 cores)",
         "immediate_jobs": size("immediate"),

@@ -13,6 +13,8 @@ Neither depends on redelay's code, so two runs' references compare across commit
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,11 @@ from typing import Any
 from .server import BenchServer
 
 ROUNDS = 5
+# How much slower than the host of the page's run a host may be before a full run refuses to
+# rewrite the page: on 2026-12-01 a host 2.9 times slower (client 145-151 ms against 47-53)
+# delivered half the jobs/s and three times the lateness p99 in the first scenarios, so its page
+# would have failed targets the code meets, on the host's speed alone.
+SLOW_HOST_RATIO = 1.5
 CLIENT_LOOP = 300_000  # about 55 ms of CPython on the bench machine
 # About 35 ms of Redis's Lua interpreter; a script's own loop, so no command or reply is timed.
 REDIS_LOOP_SCRIPT = "local s = 0 for i = 1, 4000000 do s = s + i % 7 end return s"
@@ -78,3 +85,37 @@ def spread(points: list[dict[str, Any]], side: str) -> tuple[float, float] | Non
     if not times:
         return None
     return min(times), max(times)
+
+
+def slower_by(point: dict[str, Any], previous: dict[str, Any]) -> float | None:
+    """How many times slower ``point`` is than the median reference of ``previous`` (a run's
+    JSON), the slower side of the two; None when ``previous`` holds no reference."""
+    points = previous.get("load", {}).get("speed_reference", [])
+    ratios = []
+    for side in ("client_ms", "redis_ms"):
+        times = [float(p[side]) for p in points if p.get(side)]
+        if times and point.get(side):
+            ratios.append(float(point[side]) / statistics.median(times))
+    return max(ratios) if ratios else None
+
+
+def slow_host_refusal(point: dict[str, Any], previous_json: Path) -> str | None:
+    """Why a full run on this host should not rewrite ``previous_json``'s page, or None: it is
+    over SLOW_HOST_RATIO times slower than the host that made it (or there is nothing to keep)."""
+    if not previous_json.is_file():
+        return None
+    previous = json.loads(previous_json.read_text())
+    ratio = slower_by(point, previous)
+    if ratio is None or ratio <= SLOW_HOST_RATIO:
+        return None
+    old = previous["load"]["speed_reference"]
+    old_client = statistics.median(p["client_ms"] for p in old)
+    old_redis = statistics.median(p["redis_ms"] for p in old)
+    return (
+        f"this host is {ratio:.1f} times slower than the one that made {previous_json.name} "
+        f"({previous.get('generated_at', 'an earlier run')}): speed reference client "
+        f"{point['client_ms']} ms against {old_client:.1f}, "
+        f"Redis {point['redis_ms']} ms against {old_redis:.1f}. "
+        "Its page would judge the targets on the host's speed, not the code's. Run on a host "
+        "nearer that speed, or pass --slow-host to write the page anyway."
+    )

@@ -14,6 +14,19 @@
 -- may have room), never when the topic's gate held them back (every consumer would be refused).
 -- The gate: a paused topic leases nothing; its rate and in-flight limits (same for every process
 -- of the namespace) cut `limit` down, measured with the server's TIME (see _gate.lua).
+-- Nothing ready on a topic without a gate: the answer is {0} whatever else holds, so give it
+-- before the includes below, whose top level (every helper's closure, the slot probe) an empty
+-- lease would pay for nothing: 61k of Redis's instructions here against 108k on the whole path
+-- (callgrind, Redis 7.0.15). Under light load most leases find nothing: a worker's ack takes a
+-- lease with it in one round trip, and listeners lease on every ready notice. A gated topic
+-- takes the whole path, since a paused or limited one answers with its wait instead. Read-only,
+-- and on declared keys only: in a cluster a migrating slot redirects it before it runs.
+if redis.call('LLEN', KEYS[1]) == 0 then
+  local topic = ARGV[5]
+  local gated = redis.call('HMGET', KEYS[9], topic .. '|paused', topic .. '|rate',
+                           topic .. '|flight')
+  if not (gated[1] or gated[2] or gated[3]) then return {0} end
+end
 -- @include _lib.lua
 -- @include _gate.lua
 -- @constant DEFAULT_LEASE_MS

@@ -105,8 +105,8 @@ end
 -- starts at this very due time after `member` (a cut run of jobs due at one moment), and then
 -- the job's bucket is an earlier one of that due time. nil, nil when there is no bucket.
 local function bucket_at_or_before(index, due_text, member)
-  local found = rcall('ZREVRANGEBYSCORE', index, due_text, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
+  local found = rcall('ZREVRANGEBYSCORE', index, due_text, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+  if #found == 0 then found = rcall('ZRANGE', index, '0', '0', 'WITHSCORES') end
   if #found == 0 then return nil, nil, true end
   local name, score = found[1], tonumber(found[2])
   return name, score, score ~= tonumber(due_text) or not bytes_greater(name, member)
@@ -132,8 +132,8 @@ end
 -- when there is no bucket. Every job due then or later belongs to it or to a bucket after it.
 local function bucket_before(index, due_text)
   local found = rcall('ZREVRANGEBYSCORE', index, '(' .. due_text, '-inf', 'WITHSCORES',
-                      'LIMIT', 0, 1)
-  if #found == 0 then found = rcall('ZRANGE', index, 0, 0, 'WITHSCORES') end
+                      'LIMIT', '0', '1')
+  if #found == 0 then found = rcall('ZRANGE', index, '0', '0', 'WITHSCORES') end
   if #found == 0 then return nil, nil end
   return found[1], tonumber(found[2])
 end
@@ -145,7 +145,7 @@ end
 -- with TRYAGAIN, which would fail the script half-way; commands on one key are served.
 local function rekey_bucket(index, name)
   local key = bucket_key(name)
-  local entries = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local entries = rcall('ZRANGE', key, '0', '-1', 'WITHSCORES')
   if #entries == 0 then
     rcall('ZREM', index, name)
   elseif entries[1] ~= name then
@@ -164,14 +164,14 @@ end
 -- rekey_bucket copies up to DUE_BUCKET_MAX entries), and is renamed otherwise, so the index keeps
 -- the buckets in order. `score`: the entry's score, when the caller knows it.
 local function settle_first_bucket(index, name, score)
-  local first = rcall('ZRANGE', bucket_key(name), 0, 0, 'WITHSCORES')
+  local first = rcall('ZRANGE', bucket_key(name), '0', '0', 'WITHSCORES')
   if #first == 0 then
     rcall('ZREM', index, name)
     return
   end
   if first[1] == name or tonumber(first[2]) == score then return end
   local due = tonumber(first[2])
-  local next_bucket = rcall('ZRANGE', index, 1, 1, 'WITHSCORES')
+  local next_bucket = rcall('ZRANGE', index, '1', '1', 'WITHSCORES')
   local next_due = next_bucket[2] and tonumber(next_bucket[2])
   -- Ties: a run due at one moment, cut into buckets; the next one's name must come after.
   if next_due == nil or next_due > due
@@ -227,7 +227,7 @@ local function in_set_order(entries)
   if in_order then return entries end
   local scratch = bucket_key(entries[1][3])
   rcall_each_slice('ZADD', scratch, zadd_args(entries))
-  local read = rcall('ZRANGE', scratch, 0, -1, 'WITHSCORES')
+  local read = rcall('ZRANGE', scratch, '0', '-1', 'WITHSCORES')
   rcall('DEL', scratch)
   local ordered = {}
   for j = 1, #read, 2 do ordered[#ordered + 1] = {tonumber(read[j + 1]), read[j + 1], read[j]} end
@@ -259,7 +259,7 @@ local function add_to_bucket(index, name, score, group)
     if comes_after(score, name, group[1][1], group[1][3]) then rekey_bucket(index, name) end
     return
   end
-  local last = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local last = rcall('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   if comes_after(group[1][1], group[1][3], tonumber(last[2]), last[1]) then
     -- After all of the bucket: fill it up, and the rest starts new buckets after it.
     local room = math.min(math.max(DUE_BUCKET_MAX - size, 0), #group)
@@ -270,7 +270,7 @@ local function add_to_bucket(index, name, score, group)
     return
   end
   -- The bucket and the group merged (both are in the set's order), cut into pieces.
-  local stored = rcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local stored = rcall('ZRANGE', key, '0', '-1', 'WITHSCORES')
   local merged, g = {}, 1
   for j = 1, #stored, 2 do
     local due = tonumber(stored[j + 1])
@@ -427,14 +427,14 @@ end
 -- ZSET are left out, which at worst sends a wake no carrier needed. Second: the first bucket's
 -- name, for delayed_insert.
 local function delayed_first_bucket_due(index)
-  local first = rcall('ZRANGE', index, 0, 0, 'WITHSCORES')
+  local first = rcall('ZRANGE', index, '0', '0', 'WITHSCORES')
   return first[2] and tonumber(first[2]), first[1]
 end
 
 -- The earliest due time in the delayed set (a number), or nil when it is empty.
 local function delayed_earliest(index)
-  local first = rcall('ZRANGE', index, 0, 0, 'WITHSCORES')
-  local legacy = rcall('ZRANGE', legacy_delayed_key, 0, 0, 'WITHSCORES')
+  local first = rcall('ZRANGE', index, '0', '0', 'WITHSCORES')
+  local legacy = rcall('ZRANGE', legacy_delayed_key, '0', '0', 'WITHSCORES')
   local earliest = first[2] and tonumber(first[2])
   if legacy[2] and (earliest == nil or tonumber(legacy[2]) < earliest) then
     earliest = tonumber(legacy[2])
@@ -469,7 +469,7 @@ end
 -- so what carry takes next is never later than a legacy entry still waiting: the `limit` entries
 -- it takes are at most the `limit` just moved.
 local function drain_legacy(index, limit)
-  local legacy = rcall('ZRANGE', legacy_delayed_key, 0, limit - 1, 'WITHSCORES')
+  local legacy = rcall('ZRANGE', legacy_delayed_key, '0', limit - 1, 'WITHSCORES')
   if #legacy == 0 then return end
   local entries = {}
   for j = 1, #legacy, 2 do
@@ -477,7 +477,7 @@ local function drain_legacy(index, limit)
   end
   local _, first_name = delayed_first_bucket_due(index)
   delayed_insert(index, entries, first_name)
-  rcall('ZREMRANGEBYRANK', legacy_delayed_key, 0, #entries - 1)
+  rcall('ZREMRANGEBYRANK', legacy_delayed_key, '0', #entries - 1)
 end
 
 -- Takes out the entries due at now_ms or earlier, at most `limit`, earliest first (equal due
@@ -487,15 +487,15 @@ end
 local function delayed_take_due(index, limit)
   drain_legacy(index, limit)
   local taken = {}
-  local buckets = rcall('ZRANGEBYSCORE', index, '-inf', now_ms_text, 'LIMIT', 0, limit)
+  local buckets = rcall('ZRANGEBYSCORE', index, '-inf', now_ms_text, 'LIMIT', '0', limit)
   for _, name in ipairs(buckets) do
     local left = limit - #taken / 2
     if left <= 0 then break end
     local key = bucket_key(name)
-    local due = rcall('ZRANGEBYSCORE', key, '-inf', now_ms_text, 'WITHSCORES', 'LIMIT', 0, left)
+    local due = rcall('ZRANGEBYSCORE', key, '-inf', now_ms_text, 'WITHSCORES', 'LIMIT', '0', left)
     if #due > 0 then  -- (never 0 while the index is right; 0 would make the rank range "all")
       for i = 1, #due do taken[#taken + 1] = due[i] end
-      rcall('ZREMRANGEBYRANK', key, 0, #due / 2 - 1)
+      rcall('ZREMRANGEBYRANK', key, '0', #due / 2 - 1)
     end
     settle_first_bucket(index, name, nil)
   end
@@ -507,11 +507,11 @@ end
 -- invariants above (actors/storage/reads.py).
 local function delayed_layout(index)
   local layout = {}
-  local buckets = rcall('ZRANGE', index, 0, -1, 'WITHSCORES')
+  local buckets = rcall('ZRANGE', index, '0', '-1', 'WITHSCORES')
   for j = 1, #buckets, 2 do
     layout[#layout + 1] = {buckets[j], buckets[j + 1],
-                           rcall('ZRANGE', bucket_key(buckets[j]), 0, -1, 'WITHSCORES')}
+                           rcall('ZRANGE', bucket_key(buckets[j]), '0', '-1', 'WITHSCORES')}
   end
-  layout[#layout + 1] = rcall('ZRANGE', legacy_delayed_key, 0, -1, 'WITHSCORES')
+  layout[#layout + 1] = rcall('ZRANGE', legacy_delayed_key, '0', '-1', 'WITHSCORES')
   return layout
 end

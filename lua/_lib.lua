@@ -159,7 +159,7 @@ end
 local function rotate_history_index()
   if ends_in_call == 0 or last_stream == nil then return end
   ends_in_call = 0
-  local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', 1)
+  local oldest = rcall('XRANGE', last_stream, '-', '+', 'COUNT', '1')
   if #oldest == 0 then return end
   local state = rcall('HGET', history_key, HISTORY_GENERATION_FIELD)
   local began_ms = state and tonumber(string.match(state, '(%d+)$'))

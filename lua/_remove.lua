@@ -29,7 +29,7 @@ local function unlink(k, member, record)
   elseif state == 'ready' then
     local topic = split_member(member)
     -- O(length of the ready list); ready lists are short because listeners drain them.
-    rcall('LREM', ready_key(topic), 1, member)
+    rcall('LREM', ready_key(topic), '1', member)
   end
   if state then count(k.counts, member, state, -1) end
   return state

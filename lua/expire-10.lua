@@ -21,7 +21,7 @@ use_history_index(KEYS[9], KEYS[10])
 buffer_history_index()
 local wake_channel = ARGV[5]
 local limit = tonumber(ARGV[6])
-local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms, 'LIMIT', 0, limit)
+local members = rcall('ZRANGEBYSCORE', k.leased, '-inf', now_ms_text, 'LIMIT', '0', limit)
 for _, member in ipairs(members) do
   local record = load_record(k.jobs, member)
   if record then
@@ -35,7 +35,7 @@ for _, member in ipairs(members) do
     count(k.counts, member, 'leased', -1)
   end
 end
-local earliest = rcall('ZRANGE', k.leased, 0, 0, 'WITHSCORES')
+local earliest = rcall('ZRANGE', k.leased, '0', '0', 'WITHSCORES')
 local next_deadline = -1
 if #earliest > 0 then next_deadline = tonumber(earliest[2]) end
 flush_history_index()

@@ -241,11 +241,14 @@ local function audit(stream, event, member, attempt, fields, count, unindexed)
 end
 
 -- Runs `command key value...` over a long list in slices: Lua's unpack() refuses more than about
--- 8000 values, and carry or lease may move up to 10000 jobs in one call.
+-- 8000 values, and carry or lease may move up to 10000 jobs in one call. Returns the last reply
+-- (an RPUSH's: the list's length after all of them).
 local function rcall_each_slice(command, key, values)
+  local reply
   for first = 1, #values, 1000 do
-    rcall(command, key, unpack(values, first, math.min(first + 999, #values)))
+    reply = rcall(command, key, unpack(values, first, math.min(first + 999, #values)))
   end
+  return reply
 end
 
 -- Per topic and state counters, so stats() is O(topics) and not a scan.

@@ -151,6 +151,44 @@ def test_add_publishes_the_due_time_when_a_job_becomes_the_earliest(
         pubsub.close()
 
 
+def test_a_ready_notice_goes_out_only_when_a_topics_ready_list_was_empty(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(store.keys.ready_channel)
+
+    def notices_until_marker() -> list[str]:
+        """The notices published so far: a marker published last comes after every one."""
+        store.client.publish(store.keys.ready_channel, "marker")
+        got: list[str] = []
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            message = pubsub.get_message(timeout=0.5)
+            if message is None:
+                continue
+            if message["data"] == b"marker":
+                return got
+            got.append(message["data"].decode())
+        raise AssertionError(f"no marker after {got}")
+
+    try:
+        assert notices_until_marker() == []
+        store.add(store.new_job("t", "a"))  # an add into an empty list
+        store.add(store.new_job("t", "b"))  # and into one that holds a job
+        assert notices_until_marker() == ["t"]
+        store.add_many([store.new_job("t", "c", delay_ms=10), store.new_job("u", "d", delay_ms=10)])
+        fake_clock.advance(10)
+        assert store.carry(100)[0] == 2  # c into t's two-job list, d into u's empty one
+        assert notices_until_marker() == ["u"]
+        assert len(store.lease("t", 10, "w")) == 3  # t's list is empty again
+        store.add(store.new_job("t", "e", delay_ms=10))
+        fake_clock.advance(10)
+        assert store.carry(100)[0] == 1
+        assert notices_until_marker() == ["t"]
+    finally:
+        pubsub.close()
+
+
 def test_add_many_is_all_or_nothing(store: Store, audit: AuditCursor) -> None:
     store.add(store.new_job("t", "b", delay_ms=1_000))
     audit.new()

@@ -64,8 +64,7 @@ for j = 1, #due, 2 do
 end
 if #moved > 0 then
   for topic, list in pairs(by_topic) do
-    -- The list was empty when it now holds just these: RPUSH's length, not an LLEN before it.
-    if rcall_each_slice('RPUSH', ready_key(topic), list) == #list then ready_notice(topic) end
+    push_ready('RPUSH', topic, list)
     rcall('HINCRBY', k.counts, topic .. '|delayed', -#list)
     rcall('HINCRBY', k.counts, topic .. '|ready', #list)
   end

@@ -30,8 +30,7 @@ for j = 0, n - 1 do
       audit(k.audit, 'cancelled', member, attempt, {'why', 'released', 'from', 'leased'})
       code = 1
     else
-      local topic = split_member(member)
-      if rcall('LPUSH', ready_key(topic), member) == 1 then ready_notice(topic) end
+      push_ready('LPUSH', split_member(member), {member})
       count(k.counts, member, 'ready', 1)
       audit(k.audit, 'released', member, attempt, {'tok', token})
     end

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import redis
 
 from actors.clock import FakeClock
+from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
 from actors.values import TopicLimits
 
@@ -56,3 +58,27 @@ def test_a_rate_limited_topic_with_nothing_ready_takes_the_whole_path(
     assert "exists" in made and "llen" in made
     # Nothing is ready, and the rate already let its job go: the answer is its wait, not 0.
     assert (store.lease_batch("orders", 10, "w").wait_ms or 0) > 0
+
+
+def gate_fields_read(code: str) -> set[str]:
+    """The gate fields (the part after "<topic>|") the first HMGET in ``code`` reads."""
+    hmget = re.search(r"call\('HMGET', [^)]*\)", code)
+    assert hmget is not None
+    return set(re.findall(r"topic \.\. '\|(\w+)'", hmget[0]))
+
+
+def test_the_early_answer_reads_every_gate_field_that_holds_jobs_back() -> None:
+    lua = lua_dir()
+    gate = (lua / "_gate.lua").read_text()
+    open_gate = gate.split("local function open_gate", 1)[1].split("\nend\n", 1)[0]
+    early = (lua / "lease-10.lua").read_text().split("-- @include", 1)[0]
+    # "tat" is the rate's state, read only with a rate: alone it holds nothing back.
+    assert (
+        gate_fields_read(open_gate) - {"tat"}
+        == gate_fields_read(early)
+        == {
+            "paused",
+            "rate",
+            "flight",
+        }
+    )

@@ -87,15 +87,21 @@ def spread(points: list[dict[str, Any]], side: str) -> tuple[float, float] | Non
     return min(times), max(times)
 
 
+def medians(run: dict[str, Any]) -> dict[str, float]:
+    """Side ("client_ms", "redis_ms") -> the median of a run's (its JSON's) reference points."""
+    points = run.get("load", {}).get("speed_reference", [])
+    found = {}
+    for side in ("client_ms", "redis_ms"):
+        times = [float(p[side]) for p in points if p.get(side)]
+        if times:
+            found[side] = statistics.median(times)
+    return found
+
+
 def slower_by(point: dict[str, Any], previous: dict[str, Any]) -> float | None:
     """How many times slower ``point`` is than the median reference of ``previous`` (a run's
     JSON), the slower side of the two; None when ``previous`` holds no reference."""
-    points = previous.get("load", {}).get("speed_reference", [])
-    ratios = []
-    for side in ("client_ms", "redis_ms"):
-        times = [float(p[side]) for p in points if p.get(side)]
-        if times and point.get(side):
-            ratios.append(float(point[side]) / statistics.median(times))
+    ratios = [float(point[side]) / m for side, m in medians(previous).items() if point.get(side)]
     return max(ratios) if ratios else None
 
 
@@ -108,14 +114,12 @@ def slow_host_refusal(point: dict[str, Any], previous_json: Path) -> str | None:
     ratio = slower_by(point, previous)
     if ratio is None or ratio <= SLOW_HOST_RATIO:
         return None
-    old = previous["load"]["speed_reference"]
-    old_client = statistics.median(p["client_ms"] for p in old)
-    old_redis = statistics.median(p["redis_ms"] for p in old)
+    old = medians(previous)
     return (
         f"this host is {ratio:.1f} times slower than the one that made {previous_json.name} "
         f"({previous.get('generated_at', 'an earlier run')}): speed reference client "
-        f"{point['client_ms']} ms against {old_client:.1f}, "
-        f"Redis {point['redis_ms']} ms against {old_redis:.1f}. "
+        f"{point['client_ms']} ms against {old['client_ms']:.1f}, "
+        f"Redis {point['redis_ms']} ms against {old['redis_ms']:.1f}. "
         "Its page would judge the targets on the host's speed, not the code's. Run on a host "
         "nearer that speed, or pass --slow-host to write the page anyway."
     )

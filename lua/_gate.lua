@@ -10,8 +10,6 @@
 -- @include _lib.lua
 
 -- What the gate lets through of `limit`: {allowed = n, ...}; allowed < 1 holds everything back.
--- A field that can hold jobs back is read by lease-10.lua's first lines too, which answer an
--- empty list before this file is made when none is set (tests/test_lease_nothing_ready.py).
 local function open_gate(gates_key, counts_key, topic, limit)
   local raw = rcall('HMGET', gates_key, topic .. '|paused', topic .. '|rate', topic .. '|flight',
                     topic .. '|tat')

@@ -251,13 +251,6 @@ local function rcall_each_slice(command, key, values)
   return reply
 end
 
--- Pushes `members` onto their topic's ready list (`command`: RPUSH for the back, LPUSH for the
--- front) and tells the listeners when the list was empty: it then holds just these, so the
--- push's own reply says so and no LLEN is needed before it.
-local function push_ready(command, topic, members)
-  if rcall_each_slice(command, ready_key(topic), members) == #members then ready_notice(topic) end
-end
-
 -- Per topic and state counters, so stats() is O(topics) and not a scan.
 local function count(counts_key, member, state, delta)
   local topic = split_member(member)

@@ -7,7 +7,14 @@
 -- @include _delayed.lua
 local function place(delayed_key, counts_key, member, due_ms, wake_channel, front)
   if due_ms <= now_ms then
-    push_ready(front and 'LPUSH' or 'RPUSH', split_member(member), {member})
+    local topic = split_member(member)
+    local length
+    if front then
+      length = rcall('LPUSH', ready_key(topic), member)
+    else
+      length = rcall('RPUSH', ready_key(topic), member)
+    end
+    if length == 1 then ready_notice(topic) end
     count(counts_key, member, 'ready', 1)
     return 'ready'
   end

@@ -90,7 +90,8 @@ rcall_each_slice('HSET', k.jobs, records)
 delayed_insert(k.delayed, delayed, first_bucket)
 for topic, list in pairs(ready_by_topic) do
   if #list > 0 then
-    push_ready('RPUSH', topic, list)
+    -- The list was empty when it now holds just these: RPUSH's length, not an LLEN before it.
+    if rcall_each_slice('RPUSH', ready_key(topic), list) == #list then ready_notice(topic) end
   end
   for state, delta in pairs(counts[topic]) do
     if delta > 0 then rcall('HINCRBY', k.counts, topic .. '|' .. state, delta) end

@@ -64,7 +64,8 @@ for j = 1, #due, 2 do
 end
 if #moved > 0 then
   for topic, list in pairs(by_topic) do
-    push_ready('RPUSH', topic, list)
+    -- The list was empty when it now holds just these: RPUSH's length, not an LLEN before it.
+    if rcall_each_slice('RPUSH', ready_key(topic), list) == #list then ready_notice(topic) end
     rcall('HINCRBY', k.counts, topic .. '|delayed', -#list)
     rcall('HINCRBY', k.counts, topic .. '|ready', #list)
   end

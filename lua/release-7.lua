@@ -30,7 +30,8 @@ for j = 0, n - 1 do
       audit(k.audit, 'cancelled', member, attempt, {'why', 'released', 'from', 'leased'})
       code = 1
     else
-      push_ready('LPUSH', split_member(member), {member})
+      local topic = split_member(member)
+      if rcall('LPUSH', ready_key(topic), member) == 1 then ready_notice(topic) end
       count(k.counts, member, 'ready', 1)
       audit(k.audit, 'released', member, attempt, {'tok', token})
     end

@@ -72,6 +72,7 @@ class Replay:
     recently_ended: OrderedDict[Key, State] = field(default_factory=OrderedDict)
     ended_memory: int = ENDED_MEMORY
     anomalies: list[str] = field(default_factory=list)  # the first ANOMALIES_KEPT
+    anomaly_keys: list[Key] = field(default_factory=list)  # the job of each kept anomaly
     anomaly_count: int = 0  # every anomaly, kept or not
     events: int = 0
     last_ms: int = 0
@@ -98,17 +99,17 @@ class Replay:
         if job is None and ended is not None and not starts_record(event):
             # The job's end is in the stream, so this is not trimmed history: nothing may follow
             # an ack or a cancel except a new add of the same (topic, id).
-            self._anomaly(f"{entry_id}: {event} after the job was {ended}")
+            self._anomaly(key, f"{entry_id}: {event} after the job was {ended}")
             return
         before = job.state if job is not None else _before_unseen(event, fields)
         if before is None:
-            self._anomaly(f"{entry_id}: {event} does not say the state it left")
+            self._anomaly(key, f"{entry_id}: {event} does not say the state it left")
             return
         try:
             after = State(fields["to"]) if "to" in fields else target(event, before, key=key)
             rule = rule_for(event, before, after, key)
         except (IllegalTransition, ValueError) as exc:
-            self._anomaly(f"{entry_id}: {exc}")
+            self._anomaly(key, f"{entry_id}: {exc}")
             return
         if Effect.NEW_RECORD in rule.effects:
             job = ReplayedJob(key[0], key[1], before, int(fields["due"]))
@@ -121,7 +122,7 @@ class Replay:
         try:
             step(job, event, after, _facts(fields), key)
         except ValueError as exc:  # an entry without a field its event needs
-            self._anomaly(f"{entry_id}: {exc}")
+            self._anomaly(key, f"{entry_id}: {exc}")
             return
         self.transitions[(event, before)] += 1
         if after in END_STATES:
@@ -137,10 +138,11 @@ class Replay:
         while len(self.recently_ended) > self.ended_memory:
             self.recently_ended.popitem(last=False)
 
-    def _anomaly(self, text: str) -> None:
+    def _anomaly(self, key: Key, text: str) -> None:
         self.anomaly_count += 1
         if len(self.anomalies) < ANOMALIES_KEPT:
             self.anomalies.append(text)
+            self.anomaly_keys.append(key)
 
     def add_up(self, other: Replay) -> None:
         """Adds another shard's replay to this one: shards hold disjoint jobs, each with its own
@@ -155,7 +157,9 @@ class Replay:
         self.transitions.update(other.transitions)
         self.topic_events.update(other.topic_events)
         self.anomaly_count += other.anomaly_count
-        self.anomalies += other.anomalies[: max(0, ANOMALIES_KEPT - len(self.anomalies))]
+        room = max(0, ANOMALIES_KEPT - len(self.anomalies))
+        self.anomalies += other.anomalies[:room]
+        self.anomaly_keys += other.anomaly_keys[:room]
 
 
 def _before_unseen(event: Event, fields: dict[str, str]) -> State | None:

@@ -417,8 +417,16 @@ def check_after_ack(index: AuditIndex) -> list[Violation]:
 def check_audit(ev: Evidence, index: AuditIndex) -> list[Violation]:
     found: list[Violation] = []
     replay = fold(ev.audit)
-    for anomaly in replay.anomalies:
-        found.append(Violation(Failure.AUDIT_DRIFT, None, f"illegal transition: {anomaly}"))
+    for anomaly, key in zip(replay.anomalies, replay.anomaly_keys, strict=True):
+        # The job's own entries go with it: a CI run's evidence is gone with its temporary
+        # directory, and an illegal transition is only understood from the history around it.
+        found.append(
+            Violation(
+                Failure.AUDIT_DRIFT,
+                key,
+                f"illegal transition: {anomaly}; its entries: {job_entries_text(index, key)}",
+            )
+        )
     for drift in compare(replay, ev.live):
         found.append(
             Violation(
@@ -430,6 +438,27 @@ def check_audit(ev: Evidence, index: AuditIndex) -> list[Violation]:
     for key, token in index.reused_tokens:
         found.append(Violation(Failure.AUDIT_DRIFT, key, f"lease token {token} handed out twice"))
     return found
+
+
+# A job's entries shown with an illegal transition: its newest ones, which hold the transition.
+ENTRIES_SHOWN = 16
+# The fields that tell a job's entries apart; the rest (topic, id, time, traceback) are noise.
+_SHOWN_FIELDS = ("a", "to", "from", "due", "tok", "by", "why")
+
+
+def job_entries_text(index: AuditIndex, key: Key) -> str:
+    """A job's audit entries on one line: "<entry id> <event> a=1 to=ready ...", newest last,
+    at most ENTRIES_SHOWN of them."""
+    entries = index.by_key.get(key, [])
+    shown = [
+        " ".join(
+            [index.ids[pos], fields.get("e", "?")]
+            + [f"{name}={fields[name]}" for name in _SHOWN_FIELDS if name in fields]
+        )
+        for pos, fields in entries[-ENTRIES_SHOWN:]
+    ]
+    earlier = len(entries) - len(shown)
+    return (f"({earlier} earlier) " if earlier else "") + " | ".join(shown)
 
 
 # -- 5 and 7. lost and stuck -------------------------------------------------------------------

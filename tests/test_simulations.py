@@ -186,6 +186,25 @@ def test_a_change_behind_the_scripts_back_is_audit_drift(
     assert verdict.exit_code == 13
 
 
+def test_an_illegal_transition_names_its_job_and_shows_the_jobs_entries(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """A CI run's evidence goes with its temporary directory: the violation itself must carry
+    what it takes to understand it, the job's own entries."""
+    job = _add(store, "a")  # due now: added to=ready
+    _add(store, "b")
+    # A second `ready` written behind the scripts' back, as a carry of a job already ready would.
+    now = str(fake_clock.now_ms())
+    store.client.xadd(store.keys.audit, {"e": "ready", "t": T, "i": "a", "a": "1", "ms": now})
+    verdict = check_all(_evidence(store, [job], []))
+    (drift,) = [v for v in verdict.violations if "illegal transition" in v.message]
+    assert drift.failure is Failure.AUDIT_DRIFT and drift.key == (T, "a")
+    assert "ready is not legal from ready" in drift.message
+    shown = drift.message.split("its entries: ", 1)[1].split(" | ")
+    assert [entry.split()[1] for entry in shown] == ["added", "ready"]  # job a's, not b's
+    assert "to=ready" in shown[0]
+
+
 def test_a_job_missing_from_redis_is_lost(store: Store) -> None:
     job = JobRow(T, "never-added", 0, 0)
     verdict = check_all(_evidence(store, [job], []))

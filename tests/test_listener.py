@@ -248,10 +248,10 @@ def test_waits_for_a_notice_without_polling_and_answers_meanwhile(
         store.add(store.new_job("t", "wake", None))
         assert done.wait(5), "the waiting listener did not notice the job"
         wait_for(lambda: store.stats()["t"]["leased"] == 0, "the ack")
-        # The first wait, then one after the job; a third when the pool's SlotsFreed came after
-        # the look that followed the lease (its one free slot found nothing) rather than before.
-        # Any more would be polling.
-        assert unit.listener_stats()["waits"] in (2, 3)
+        # The first wait, then one after the lease that took the job (one of two slots asked
+        # for: the list is empty). The job's slot coming back leases nothing. More would be
+        # polling.
+        assert unit.listener_stats()["waits"] == 2
     finally:
         unit.stop()
 
@@ -280,6 +280,27 @@ def test_no_wake_up_is_lost(store: Store, fake_clock: FakeClock, notifiers: Star
             store.add(store.new_job("t", f"w{n}", None))
             assert delivered.acquire(timeout=5), f"job w{n} was not picked up"
         wait_for(lambda: stats(unit.pool)["acked"] == 60, "every ack")
+    finally:
+        unit.stop()
+
+
+def test_a_lease_short_of_its_limit_waits_for_the_next_notice_and_freed_slots_lease_nothing(
+    store: Store, fake_clock: FakeClock, notifiers: StartNotifier
+) -> None:
+    """Jobs one at a time, each added once the last is acked: a lease that got fewer jobs than
+    it asked for emptied the list (it pops up to its limit), so leasing again at once, or when
+    the job's slot comes back, would find nothing. One lease per job, and the first, empty."""
+    delivered = threading.Semaphore(0)
+    unit = Unit(store, fake_clock, lambda job: delivered.release(), 4, notifiers(store))
+    try:
+        wait_for(lambda: unit.listener_stats()["waits"] == 1, "the listener waiting")
+        for n in range(20):
+            store.add(store.new_job("t", f"one{n}", None))
+            assert delivered.acquire(timeout=5), f"job one{n} was not picked up"
+            wait_for(lambda: unit.listener_stats()["free_slots"] == 4, "its slot back")
+        listener = unit.listener_stats()
+        assert (listener["leased"], listener["leases"], listener["waits"]) == (20, 21, 21)
+        assert stats(unit.pool)["acked"] == 20
     finally:
         unit.stop()
 

@@ -74,6 +74,9 @@ class TopicListener(RedelayActor):
         self.batch_max = batch_max
         self.backoff = Backoff(outage=outage_of(store.client), name=f"listener {topic}")
         self.fetch_pending = False
+        # Its last lease left the ready list empty and it waits for a ReadyNotice (or its
+        # backstop): until then freed slots only count, they do not lease.
+        self.awaiting_notice = False
         self.stopping = False
         self.leased = 0
         self.leases = 0  # lease round trips
@@ -110,10 +113,14 @@ class TopicListener(RedelayActor):
         elif isinstance(message, LookAgain):
             self._look_again()
         elif isinstance(message, ReadyNotice):
+            self.awaiting_notice = False
             self._request_fetch()  # at most one Fetch queued, however many notices
         elif isinstance(message, SlotsFreed):
             self.free_slots += message.count
-            self._request_fetch()
+            # While it waits for a notice its last lease found the list empty, and a push onto
+            # an empty list publishes one: a lease now would come back empty too.
+            if not self.awaiting_notice:
+                self._request_fetch()
         elif isinstance(message, StopFetching):
             self.stopping = True
             # The pool leases nothing more by itself either: this Run is in its mailbox before
@@ -141,6 +148,7 @@ class TopicListener(RedelayActor):
     def _fetch(self) -> None:
         if self.stopping or self.free_slots <= 0 or not self.pool.is_alive():
             return  # a dead pool means the watchdog is replacing this unit
+        self.awaiting_notice = False
         mark = self.notifier.ready_mark(self.topic)  # before the lease: see await_ready
         limit = min(self.free_slots, self.batch_max)
         try:
@@ -175,9 +183,14 @@ class TopicListener(RedelayActor):
             self.gated_waits += 1
             self.fetch_pending = True
             self.tell_later(batch.wait_ms, Fetch())
-        elif leases:
+        elif leases and (len(leases) == limit or len(self.store.shard_keys) > 1):
+            # Full: more may be ready. Of several shards, one that failed may still hold jobs.
             self._request_fetch()
         else:
+            # Nothing, or fewer than asked of one shard: the lease pops up to `limit`, so its
+            # list is empty now, and the push that next fills it publishes a notice (a lease that
+            # leaves jobs behind publishes one too). Leasing again at once found nothing: 2,941
+            # of 4,997 leases at a steady 300 jobs/s were empty.
             self._await_notice(mark)
 
     def _give_back(self, leases: list[Lease]) -> None:
@@ -195,6 +208,7 @@ class TopicListener(RedelayActor):
 
     def _await_notice(self, mark: int) -> None:
         self.waits += 1
+        self.awaiting_notice = True
         self.notifier.await_ready(self.topic, self.actor_ref, mark)
         # One backstop timer at a time: a wait only moves the time it looks, and a timer that
         # fires before that time is set again for the rest. A timer set (and the last one

@@ -266,6 +266,10 @@ local function add_to_bucket(index, name, score, group)
     if room > 0 then rcall('ZADD', key, unpack(zadd_args(group, 1, room))) end
     local rest = {}
     for j = room + 1, #group do rest[#rest + 1] = group[j] end
+    -- A first bucket under a kept name (settle_first_bucket) sits in the index by that name: a
+    -- new bucket at its due time named before it would come first there, though its jobs come
+    -- after, and every lookup by due time and name would then go wrong. Renamed first.
+    if rest[1][1] == score and bytes_greater(name, rest[1][3]) then rekey_bucket(index, name) end
     write_pieces(index, rest, DUE_BUCKET_MAX)
     return
   end

@@ -435,3 +435,54 @@ def test_a_snapshot_reports_a_kept_first_bucket_name_whose_job_is_back_in_the_se
     store.client.zadd(store.keys.due_bucket(second), {"t|j0000": entries[-1][1]})
     texts = [text for found in store.snapshot().problems.values() for text in found]
     assert any("names the first bucket but is not its first job" in text for text in texts), texts
+
+
+def kept_name_over_a_run(store: Store, fake_clock: FakeClock) -> tuple[int, dict[str, int], str]:
+    """One bucket: j9999, due first, then j0000-j0039 due at one moment (ids that sort before
+    it); j9999 carried and leased, so the bucket keeps its name (settle_first_bucket), and then
+    j0100-j0139 due at that moment too, after all of the bucket: it fills up and the rest start a
+    bucket named j0124, before j9999 in byte order. The moment, the dues of the delayed jobs and
+    j9999's lease token."""
+    now = fake_clock.now_ms()
+    moment = now + 5_000
+    dues = {f"j{n:04d}": moment for n in range(40)}
+    add_due(store, {"j9999": now + 100} | dues)
+    fake_clock.advance(100)
+    assert store.carry(limit=100)[0] == 1
+    (lease,) = store.lease("t", 1)
+    assert lease.id == "j9999"
+    assert buckets(store)[0][0] == "t|j9999"  # the kept name
+    later = {f"j{n:04d}": moment for n in range(100, 140)}
+    add_due(store, later)
+    return moment, dues | later, lease.token
+
+
+def test_a_first_bucket_under_a_kept_name_that_fills_up_at_its_due_time_stays_first(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """The new bucket at the first one's due time must come after it in the index: ordered by
+    the kept name, it came first, and lookups, the listing and carry went by that wrong order."""
+    _, dues, _ = kept_name_over_a_run(store, fake_clock)
+    assert [name for name, _, _ in buckets(store)] == ["t|j0000", "t|j0124"]
+    assert_compact(store)
+    assert delayed_order(store) == listed_delayed(store, page_size=17) == expected_order(dues)
+    fake_clock.advance(5_000)
+    assert carried_and_leased(store, limit=30) == expected_order(dues)
+
+
+def test_the_kept_names_job_back_at_that_due_time_and_cancels_leave_each_job_once(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """What the wrong index order led to: the kept name's job, retried to the same due time, went
+    into the bucket under its name (65 jobs), cancels looked in the wrong bucket and left jobs
+    behind without their records, and a carry failed on one."""
+    moment, dues, token = kept_name_over_a_run(store, fake_clock)
+    assert store.fail("t", "j9999", token, "retried", moment - fake_clock.now_ms()) == "delayed"
+    dues["j9999"] = moment
+    for job_id in ("j0000", "j0001", "j0120"):
+        assert store.cancel("t", job_id) == "removed"
+        del dues[job_id]
+    assert_compact(store)
+    fake_clock.advance(5_000)
+    assert carried_and_leased(store, limit=1_000) == expected_order(dues)
+    assert buckets(store) == []

@@ -80,7 +80,7 @@ class TopicListener(RedelayActor):
         self.stopping = False
         self.leased = 0
         self.leases = 0  # lease round trips
-        self.waits = 0  # times it found nothing and waited for a notice
+        self.waits = 0  # times it waited for a notice (its lease found nothing or emptied the list)
         self.paused_waits = 0  # times the topic was paused
         self.gated_waits = 0  # times the topic's limits held jobs back
         self.notifier = notifier

@@ -74,8 +74,8 @@ class TopicListener(RedelayActor):
         self.batch_max = batch_max
         self.backoff = Backoff(outage=outage_of(store.client), name=f"listener {topic}")
         self.fetch_pending = False
-        # Its last lease left the ready list empty and it waits for a ReadyNotice (or its
-        # backstop): until then freed slots only count, they do not lease.
+        # From its wait for a ReadyNotice (its last lease left the ready list empty) to its next
+        # lease (_fetch): freed slots meanwhile only count, they do not lease.
         self.awaiting_notice = False
         self.stopping = False
         self.leased = 0
@@ -113,7 +113,6 @@ class TopicListener(RedelayActor):
         elif isinstance(message, LookAgain):
             self._look_again()
         elif isinstance(message, ReadyNotice):
-            self.awaiting_notice = False
             self._request_fetch()  # at most one Fetch queued, however many notices
         elif isinstance(message, SlotsFreed):
             self.free_slots += message.count
@@ -161,13 +160,14 @@ class TopicListener(RedelayActor):
             return
         self.backoff.redis_ok()
         leases = batch.leases
+        one_shard = len(self.store.shard_keys) == 1
         if leases:
             self.free_slots -= len(leases)
             self.leased += len(leases)
             # A full lease that no gate held back means more are ready: the pool leases the slots
             # these jobs free in the round trip of their acks (see ConsumerPool._flush), without
             # a SlotsFreed, Fetch and Run between the two actors and a round trip of its own.
-            full = len(leases) == limit and batch.wait_ms == 0 and len(self.store.shard_keys) == 1
+            full = len(leases) == limit and batch.wait_ms == 0 and one_shard
             refill = Refill(self.consumer, self.batch_max) if full else None
             try:
                 self.pool.tell(Run(tuple(leases), refill))
@@ -183,7 +183,7 @@ class TopicListener(RedelayActor):
             self.gated_waits += 1
             self.fetch_pending = True
             self.tell_later(batch.wait_ms, Fetch())
-        elif leases and (len(leases) == limit or len(self.store.shard_keys) > 1):
+        elif leases and (len(leases) == limit or not one_shard):
             # Full: more may be ready. Of several shards, one that failed may still hold jobs.
             self._request_fetch()
         else:

@@ -13,38 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _delayed_layout import (
+    assert_compact,
+    buckets,
+    delayed_order,
+    expected_order,
+    listed_delayed,
+    mixed_ids,
+)
 
 from actors import _constants as c
 from actors.clock import FakeClock
 from actors.lifecycle import State
-from actors.storage import reads
-from actors.storage.calls import decoded
 from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
 from simulations.script_cost import use_scripts
 
 HOUR_MS = 3_600_000
-
-
-def buckets(store: Store) -> list[tuple[str, int, list[tuple[str, int]]]]:
-    """(name, index score, entries) of every bucket, in index order."""
-    client, keys = store.client, store.keys
-    found = []
-    index: Any = client.zrange(keys.delayed, 0, -1, withscores=True)
-    for raw, score in index:
-        name = decoded(raw)
-        entries: Any = client.zrange(keys.due_bucket(name), 0, -1, withscores=True)
-        found.append((name, int(score), [(decoded(m), int(s)) for m, s in entries]))
-    return found
-
-
-def assert_compact(store: Store) -> None:
-    """No problem in the snapshot, and every bucket Redis's compact encoding."""
-    assert store.snapshot().problems == {}
-    for name, _, entries in buckets(store):
-        assert 0 < len(entries) <= c.DUE_BUCKET_MAX, (name, len(entries))
-        encoding = decoded(store.client.object("encoding", store.keys.due_bucket(name)))
-        assert encoding in ("listpack", "ziplist"), (name, encoding)
 
 
 def add_due(store: Store, dues: dict[str, int], batch: int = 200) -> None:
@@ -53,32 +38,12 @@ def add_due(store: Store, dues: dict[str, int], batch: int = 200) -> None:
         store.add_many(jobs[start : start + batch])
 
 
-def delayed_order(store: Store) -> list[str]:
-    return [member for member, _ in reads.delayed_entries(store.client, store.keys)]
-
-
-def listed_delayed(store: Store, page_size: int) -> list[str]:
-    """Topic t's delayed jobs as the listing pages them, every page followed."""
-    listed: list[str] = []
-    after = None
-    while True:
-        page = store.jobs("t", State.DELAYED, after=after, limit=page_size)
-        listed.extend(f"t|{job.id}" for job in page.jobs)
-        if page.next_after is None:
-            return listed
-        after = page.next_after
-
-
 def carried_and_leased(store: Store, limit: int) -> list[str]:
     """Carries every due job, ``limit`` a call, leasing each call's jobs: the order they came."""
     moved: list[str] = []
     while (count := store.carry(limit=limit)[0]) > 0:
         moved.extend(f"t|{lease.id}" for lease in store.lease("t", count))
     return moved
-
-
-def expected_order(dues: dict[str, int]) -> list[str]:
-    return [f"t|{job_id}" for job_id, _ in sorted(dues.items(), key=lambda kv: (kv[1], kv[0]))]
 
 
 def test_jobs_added_in_random_order_stay_in_due_order_in_small_listpack_buckets(
@@ -111,18 +76,6 @@ def test_jobs_added_in_due_order_fill_their_buckets_without_rewriting_them(
     assert sizes[:-1] == [c.DUE_BUCKET_MAX] * (len(sizes) - 1), sizes
     assert delayed_order(store) == expected_order(dues)
     assert_compact(store)
-
-
-def mixed_ids(rng: random.Random, count: int) -> list[str]:
-    """Distinct job ids whose byte order is neither their order of creation nor a locale's
-    (upper case sorts before lower case in bytes)."""
-    letters = "AbBaZz09.-"
-    ids: set[str] = set()
-    while len(ids) < count:
-        ids.add("".join(rng.choice(letters) for _ in range(rng.randrange(1, 7))))
-    found = sorted(ids)
-    rng.shuffle(found)
-    return found
 
 
 def test_a_burst_due_at_one_moment_is_cut_into_small_buckets_and_moves_in_member_order(

@@ -94,7 +94,8 @@ $(BENCH_STAMP): pyproject.toml
 # Full sizes (111 and 114 minutes on 2 cores in two runs on 2026-11-24; of it about 6 for the 10M-pending and worker-process
 # sections, skipped with --no-pending-scale / --no-worker-scale; the producers section, about 1
 # more, with --no-producers): rewrites docs/benchmarks.md, .json and the PNGs. Refuses (exit 3)
-# on a host over 1.5 times slower than the page's by its speed reference: BENCH_ARGS=--slow-host.
+# on a host over 1.5 times slower than the page's by its speed reference, and after its first
+# scenario when that cost over 1.5 times the page's CPU per job: BENCH_ARGS=--slow-host.
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m simulations.bench --full $(BENCH_ARGS)
 

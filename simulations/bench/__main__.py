@@ -172,9 +172,20 @@ def note_speed(load: dict[str, Any], workdir: Path, before: str) -> None:
     )
 
 
+class CostlyRun(Exception):
+    """A full run's first comparable scenario cost far more per job than the page's."""
+
+
 def run_all(
-    systems: list[SystemInfo], plan: list[Scenario], context: RunContext, load: dict[str, Any]
+    systems: list[SystemInfo],
+    plan: list[Scenario],
+    context: RunContext,
+    load: dict[str, Any],
+    page_json: Path | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Runs every scenario of every system. With ``page_json``, the first run that page also
+    holds is held to its CPU per job (speed_reference.costly_run_refusal): CostlyRun if over."""
+    compared = page_json is None
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for system in systems:
@@ -203,6 +214,12 @@ def run_all(
             record["loadavg_1m_before"] = round(load_before, 2)
             records.append(record)
             print(summary_line(record), flush=True)
+            if not compared and page_json is not None:
+                previous = json.loads(page_json.read_text()) if page_json.is_file() else {}
+                compared = speed_reference.costlier_by(record, previous) is not None
+                refusal = speed_reference.costly_run_refusal(record, page_json)
+                if refusal is not None:
+                    raise CostlyRun(refusal)
     return records, skipped
 
 
@@ -296,7 +313,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sources()  # the in-process script measurements use the scripts as they are now, too
         print(f"code: {code}", flush=True)
         context = RunContext(Path(workdir), args.seed, code_dir=code_dir)
-        records, skipped = run_all(systems, plan, context, load)
+        page_json = out_dir / "benchmarks.json"
+        checked = page_json if args.mode == "full" and not args.slow_host else None
+        try:
+            records, skipped = run_all(systems, plan, context, load, checked)
+        except CostlyRun as refused:
+            print(f"refused: {refused}", flush=True)
+            return 3
         limit: dict[str, Any] = {}
         if not args.no_limit:
             print("measuring the Redis limit", flush=True)

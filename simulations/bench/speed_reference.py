@@ -123,3 +123,53 @@ def slow_host_refusal(point: dict[str, Any], previous_json: Path) -> str | None:
         "Its page would judge the targets on the host's speed, not the code's. Run on a host "
         "nearer that speed, or pass --slow-host to write the page anyway."
     )
+
+
+# What a scenario's run costs per job on each core (a record's fields), compared by
+# costly_run_refusal: the references above time loops that fit a core's caches, and on
+# 2026-12-02 a host they put at 1.2-1.3 times the page's ran the same code's (5431f10's)
+# immediate scenario at 1.6-1.9 times the page's CPU per job on both cores, and delivered half.
+COST_FIELDS = ("client_cpu_ms_per_1k_jobs", "redis_cpu_ms_per_1k_jobs")
+
+
+def costlier_by(record: dict[str, Any], previous: dict[str, Any]) -> float | None:
+    """How many times the CPU per job of the page's run of the same system and scenario
+    ``record``'s costs, the costlier core of the two; None when the page has no such run."""
+    for old in previous.get("records", []):
+        if (old.get("system"), old.get("scenario")) != (record["system"], record["scenario"]):
+            continue
+        ratios = [
+            float(record[field]) / float(old[field])
+            for field in COST_FIELDS
+            if record.get(field) and old.get(field)
+        ]
+        return max(ratios) if ratios else None
+    return None
+
+
+def costly_run_refusal(record: dict[str, Any], previous_json: Path) -> str | None:
+    """Why a full run should stop after ``record`` and not rewrite ``previous_json``'s page, or
+    None: the run cost over SLOW_HOST_RATIO times the page's CPU per job. A slower host, or code
+    that costs more per job than the page's: either way the page would not compare like with
+    like, and the run says which numbers to compare side by side."""
+    if not previous_json.is_file():
+        return None
+    previous = json.loads(previous_json.read_text())
+    ratio = costlier_by(record, previous)
+    if ratio is None or ratio <= SLOW_HOST_RATIO:
+        return None
+    old = next(
+        r
+        for r in previous["records"]
+        if (r["system"], r["scenario"]) == (record["system"], record["scenario"])
+    )
+    spent = ", ".join(
+        f"{field} {record[field]} against {old[field]}" for field in COST_FIELDS if old.get(field)
+    )
+    return (
+        f"{record['system']}'s {record['scenario']} run cost {ratio:.1f} times the CPU per job "
+        f"of {previous_json.name}'s ({previous.get('generated_at', 'an earlier run')}): "
+        f"{spent}. Either this host is slower than the speed reference shows, or the code costs "
+        f"more per job; run the page's commit ({previous.get('code', {}).get('commit', '?')}) "
+        "here side by side to tell which, or pass --slow-host to write the page anyway."
+    )

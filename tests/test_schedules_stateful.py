@@ -15,13 +15,11 @@ of a loaded 2-core machine at most.
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
 from _audit import structure_problems
-from conftest import redis_binaries
+from conftest import STATEFUL_TIMEOUT_S, binary_label, redis_binaries
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -182,20 +180,12 @@ class ScheduleMachine(RuleBasedStateMachine):
         assert compare(replay, store.snapshot()) == []
 
 
-@pytest.fixture(scope="module", params=redis_binaries()[:1])
-def schedule_server(request: pytest.FixtureRequest) -> Iterator[RedisProcess]:
-    with tempfile.TemporaryDirectory(prefix="redelay-sched-") as directory:
-        server = RedisProcess(os.path.join(directory, "redis"), binary=request.param).start()
-        try:
-            yield server
-        finally:
-            server.kill()
-
-
-@pytest.mark.timeout(600)
-def test_schedules_hold_under_two_processes(schedule_server: RedisProcess) -> None:
+# On the main binary only; the lifecycle and delayed-set machines run once per binary.
+@pytest.mark.timeout(STATEFUL_TIMEOUT_S)
+@pytest.mark.parametrize("binary_server", redis_binaries()[:1], ids=binary_label, indirect=True)
+def test_schedules_hold_under_two_processes(binary_server: RedisProcess) -> None:
     class Machine(ScheduleMachine):
-        server = schedule_server
+        server = binary_server
 
     profile = settings()  # the conftest profile ("ci" or "slow"), smaller under "ci"
     if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci":

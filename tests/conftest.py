@@ -50,7 +50,9 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# The profile this run loaded; tests that size themselves by it read this, not the environment.
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -75,7 +77,7 @@ def binary_label(binary: str) -> str:
 
 
 # A stateful test's timeout: a few minutes per binary with "ci"; "slow" runs ten times longer.
-STATEFUL_TIMEOUT_S = 600 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 6 * 3600
+STATEFUL_TIMEOUT_S = 600 if HYPOTHESIS_PROFILE == "ci" else 6 * 3600
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,11 @@ of a loaded 2-core machine at most.
 
 from __future__ import annotations
 
-import os
 from typing import ClassVar
 
 import pytest
 from _audit import structure_problems
-from conftest import STATEFUL_TIMEOUT_S, binary_label, redis_binaries
+from conftest import HYPOTHESIS_PROFILE, STATEFUL_TIMEOUT_S, binary_label, redis_binaries
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -188,7 +187,7 @@ def test_schedules_hold_under_two_processes(binary_server: RedisProcess) -> None
         server = binary_server
 
     profile = settings()  # the conftest profile ("ci" or "slow"), smaller under "ci"
-    if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci":
+    if HYPOTHESIS_PROFILE == "ci":
         profile = settings(profile, max_examples=60, stateful_step_count=40)
     Machine.TestCase.settings = profile
 

@@ -4,15 +4,24 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test browser lint typecheck pytest oldest demo simulate bench clean
+.PHONY: test browser lint typecheck pytest oldest newest upgrade demo simulate bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,embedded,dashboard]'
-	touch $(STAMP)
+# Every environment make builds installs from a lock in .ci/lock (exact versions with hashes,
+# compiled by uv from pyproject.toml's open ranges), so a fresh machine next month gets what CI got
+# today. Only pip is needed to install them; `make upgrade` refreshes the locks with uv.
+LOCK := .ci/lock/dev.txt
+# $(call venv_from_lock,VENV,LOCK): the venv holds exactly the lock, then redelay itself, editable.
+define venv_from_lock
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --require-hashes -r $(2)
+	$(1)/bin/python -m pip install -q --no-deps -e .
+	touch $(1)/.installed-stamp
+endef
 
-test: browser lint typecheck pytest oldest
+$(STAMP): pyproject.toml $(LOCK)
+	$(call venv_from_lock,$(VENV),$(LOCK))
+
+test: browser lint typecheck pytest oldest newest
 
 # The dashboard's browser tests drive Debian's chromium through chromium-driver: installed with
 # apt when missing (as root, or through sudo), never downloaded by the tests themselves.
@@ -46,25 +55,31 @@ OLDEST_TESTS := tests/test_held_connections.py tests/test_async_held_connections
 	tests/test_add_stream.py tests/test_async_add_stream.py tests/test_if_exists.py \
 	tests/test_lazy_connect.py tests/test_cluster_redis_py.py \
 	tests/test_topology.py tests/test_lost_replies.py
+NEWEST_TESTS := $(OLDEST_TESTS)
 OLDEST_CLUSTER_VENV ?= .venv-oldest-cluster
 OLDEST_CLUSTER_REDIS_PY := 7.2.1
 OLDEST_CLUSTER_TESTS := tests/test_cluster.py tests/test_async_topologies.py \
 	tests/test_cluster_redis_py.py
 
-# $(call venv_on_redis_py,VENV,VERSION): the project, with its test extras, on that redis-py.
-define venv_on_redis_py
-	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	$(1)/bin/python -m pip install -q --upgrade pip
-	$(1)/bin/python -m pip install -q -e '.[test,embedded]' 'redis[hiredis]==$(2)'
-	$(1)/bin/python -c 'import redis; assert redis.__version__ == "$(2)", redis.__version__'
-	touch $(1)/.installed-stamp
-endef
+$(OLDEST_VENV)/.installed-stamp: pyproject.toml .ci/lock/oldest.txt
+	$(call venv_from_lock,$(OLDEST_VENV),.ci/lock/oldest.txt)
+	$(OLDEST_VENV)/bin/python -c 'import redis; assert redis.__version__ == "$(OLDEST_REDIS_PY)"'
 
-$(OLDEST_VENV)/.installed-stamp: pyproject.toml
-	$(call venv_on_redis_py,$(OLDEST_VENV),$(OLDEST_REDIS_PY))
+$(OLDEST_CLUSTER_VENV)/.installed-stamp: pyproject.toml .ci/lock/oldest-cluster.txt
+	$(call venv_from_lock,$(OLDEST_CLUSTER_VENV),.ci/lock/oldest-cluster.txt)
+	$(OLDEST_CLUSTER_VENV)/bin/python -c 'import redis; assert redis.__version__ == "$(OLDEST_CLUSTER_REDIS_PY)"'
 
-$(OLDEST_CLUSTER_VENV)/.installed-stamp: pyproject.toml
-	$(call venv_on_redis_py,$(OLDEST_CLUSTER_VENV),$(OLDEST_CLUSTER_REDIS_PY))
+# The newest lane: nothing locked. A venv made afresh each run takes the newest release of every
+# runtime dependency (and of the test tools), and runs the runtime tests, not the type check: a
+# redis-py release that breaks users turns CI red, a stricter mypy does not (the lock judges types).
+NEWEST_VENV ?= .venv-newest
+newest:
+	rm -rf $(NEWEST_VENV)
+	$(PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[test,embedded]'
+	$(NEWEST_VENV)/bin/python -c 'import redis; print("newest lane: redis-py", redis.__version__)'
+	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider $(NEWEST_TESTS)
 
 oldest: $(OLDEST_VENV)/.installed-stamp $(OLDEST_CLUSTER_VENV)/.installed-stamp
 	$(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(OLDEST_TESTS)
@@ -76,8 +91,21 @@ oldest: $(OLDEST_VENV)/.installed-stamp $(OLDEST_CLUSTER_VENV)/.installed-stamp
 demo: $(STAMP)
 	$(BIN)/redelay demo
 
+# Refresh the locks to the newest releases pyproject.toml admits; then run `make test` and fix
+# what the new versions report (a new mypy's errors, a new redis-py's deprecations) in the same change.
+UV_VERSION := 0.13.10
+LOCK_COMPILE = $(BIN)/uv pip compile -q --upgrade --generate-hashes --python-version 3.11
+upgrade: $(STAMP)
+	$(BIN)/python -m pip install -q 'uv==$(UV_VERSION)'
+	$(LOCK_COMPILE) --extra test --extra embedded --extra dashboard --extra metrics --extra otel \
+		-o $(LOCK) pyproject.toml
+	$(LOCK_COMPILE) --extra test --extra embedded -o .ci/lock/oldest.txt pyproject.toml .ci/lock/oldest.in
+	$(LOCK_COMPILE) --extra test --extra embedded -o .ci/lock/oldest-cluster.txt \
+		pyproject.toml .ci/lock/oldest-cluster.in
+	$(LOCK_COMPILE) --extra embedded --extra bench -o .ci/lock/bench.txt pyproject.toml
+
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) $(OLDEST_CLUSTER_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) $(OLDEST_VENV) $(OLDEST_CLUSTER_VENV) $(NEWEST_VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis build dist
 
 # Benchmarks (simulations/bench, docs/benchmarks.md). The peers live in a virtual environment of
 # their own: arq caps redis-py below 6, which the main environment must not be held to.
@@ -85,11 +113,8 @@ BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 .PHONY: bench-quick
 
-$(BENCH_STAMP): pyproject.toml
-	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[embedded,bench]'
-	touch $(BENCH_STAMP)
+$(BENCH_STAMP): pyproject.toml .ci/lock/bench.txt
+	$(call venv_from_lock,$(BENCH_VENV),.ci/lock/bench.txt)
 
 # Full sizes (111 and 114 minutes on 2 cores in two runs on 2026-11-24; of it about 6 for the 10M-pending and worker-process
 # sections, skipped with --no-pending-scale / --no-worker-scale; the producers section, about 1

@@ -436,10 +436,10 @@ class LocalSentinel:
         return f"redis+sentinel://{hosts}/{self.service}"
 
     def sentinel(self) -> Sentinel:
-        return Sentinel(self.sentinel_addresses, socket_timeout=2)  # type: ignore[no-untyped-call]
+        return Sentinel(self.sentinel_addresses, socket_timeout=2)
 
     def master_port(self) -> int:
-        _, port = self.sentinel().discover_master(self.service)  # type: ignore[no-untyped-call]
+        _, port = self.sentinel().discover_master(self.service)
         return int(port)
 
     def server_by_port(self, port: int) -> ServerProcess:

@@ -59,7 +59,7 @@ def test_only_a_pooled_client_of_one_server_speaking_resp2_is_held(
     assert not async_holdable(aredis.Redis.from_url(url, protocol=3))
     assert not async_holdable(aredis.Redis.from_url(url, encoding="latin-1"))
     assert not async_holdable(Subclassed.from_url(url))  # may override execute_command
-    assert not async_holdable(Sentinel([("localhost", 1)]).master_for("mymaster"))  # type: ignore[no-untyped-call]
+    assert not async_holdable(Sentinel([("localhost", 1)]).master_for("mymaster"))
     assert not async_holdable(redis.Redis.from_url(url))  # the sync client has its own
     assert AsyncScriptBatch(aredis.Redis.from_url(url))._held is not None
     assert AsyncScriptBatch(aredis.Redis.from_url(url, protocol=3))._held is None

@@ -79,7 +79,7 @@ def test_pause_and_resume_are_audited_once_per_change_and_replay_ignores_them(
 
 
 def test_a_resume_publishes_the_topic_on_the_ready_channel(store: Store) -> None:
-    pubsub = store.client.pubsub()  # type: ignore[no-untyped-call]
+    pubsub = store.client.pubsub()
     pubsub.subscribe(store.keys.ready_channel)
     wait_until(lambda: pubsub.get_message(timeout=0.1), what="the subscribe confirmation")
     store.pause("t")

@@ -285,7 +285,7 @@ def test_scripts_publish_a_ready_notice_when_a_list_fills_or_a_lease_leaves_jobs
     redis_client: redis.Redis, fake_clock: FakeClock
 ) -> None:
     store = Store(redis_client, "notes", fake_clock)
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(store.keys.ready_channel)
     pubsub.get_message(timeout=1)
 

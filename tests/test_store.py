@@ -132,7 +132,7 @@ def test_add_publishes_the_due_time_when_a_job_becomes_the_earliest(
     store: Store, fake_clock: FakeClock
 ) -> None:
     now = fake_clock.now_ms()
-    pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = store.client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(store.keys.wake_channel)
     try:
         assert pubsub.get_message(timeout=1.0) is None  # consumes the subscribe confirmation
@@ -154,7 +154,7 @@ def test_add_publishes_the_due_time_when_a_job_becomes_the_earliest(
 def test_a_ready_notice_goes_out_only_when_a_topics_ready_list_was_empty(
     store: Store, fake_clock: FakeClock
 ) -> None:
-    pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = store.client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(store.keys.ready_channel)
 
     def notices_until_marker() -> list[str]:

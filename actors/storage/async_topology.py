@@ -66,7 +66,7 @@ async def connect(source: str | AsyncClient, **options: Any) -> AsyncClient:
     scheme = source.split("://", 1)[0].lower()
     if scheme in SENTINEL_SCHEMES:
         found = sentinel_settings(source, options)
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(
             found.hosts, sentinel_kwargs=found.sentinel_kwargs or None, **found.connection
         )
         client: AsyncClient = sentinel.master_for(found.service)

@@ -215,10 +215,10 @@ def cluster_settings(
 
 def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
     found = sentinel_settings(url, options)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(
         found.hosts, sentinel_kwargs=found.sentinel_kwargs or None, **found.connection
     )
-    client: redis.Redis = sentinel.master_for(found.service)  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(found.service)
     check_client(client)
     return client
 

@@ -64,7 +64,7 @@ def work(spec: AgentSpec, recorder: Recorder) -> None:
     store = store_for(spec.socket_path)
     clock = store.clock
     assert isinstance(clock, SystemClock)
-    pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = store.client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(store.keys.wake_channel)
     recorder.ready()
     while True:

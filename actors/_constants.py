@@ -73,6 +73,8 @@ TOPIC_MAX_CHARS: Final = 100
 JOB_ID_MAX_CHARS: Final = 200
 NAMESPACE_MAX_CHARS: Final = 64
 BODY_MAX_BYTES: Final = 512 * 1024
+# orjson will not serialize arrays and objects nested deeper than this.
+BODY_MAX_DEPTH: Final = 254
 CALLBACK_URL_MAX_CHARS: Final = 2048
 DELAY_MAX_MS: Final = 10 * 366 * 24 * 3600 * 1000  # ten years
 SCHEDULE_MAX_STEPS: Final = 100

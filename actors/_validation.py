@@ -70,7 +70,11 @@ def body(value: Any, field: str = "body") -> bytes:
     """Serializes a body with orjson and checks its size and that every number is finite."""
     try:
         encoded = orjson.dumps(value)
-    except (TypeError, orjson.JSONEncodeError) as exc:
+    except TypeError as exc:  # orjson.JSONEncodeError is one
+        if "Recursion limit" in str(exc):
+            raise ValidationError(
+                field, "is nested too deeply", f"{c.BODY_MAX_DEPTH} levels of arrays and objects"
+            ) from None
         raise ValidationError(
             field, f"is not JSON-serializable: {exc}", "a value orjson can serialize"
         ) from None

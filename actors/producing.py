@@ -201,11 +201,23 @@ def new_job_batches(
 def new_jobs(now_ms: int, specs: Iterable[Mapping[str, Any]], first: int = 0) -> list[NewJob]:
     """add_many()'s mappings as jobs; an error names the item (``jobs[3].delay``), counting
     from ``first`` (a batch of a longer stream names the item by its place in the stream)."""
+    if not isinstance(specs, Iterable):
+        raise ValidationError(
+            "jobs",
+            f"must be an iterable of mappings, got {type(specs).__name__}",
+            "a list of mappings",
+        )
     built = []
     # A batch mostly repeats one delay: each number of seconds is checked once. Only ints and
     # floats (a bool hashes as 1 but is refused, and a timedelta is rarer).
     delays: dict[float, int] = {}
     for n, spec in enumerate(specs, first):
+        if type(spec) is not dict and not isinstance(spec, Mapping):
+            raise ValidationError(
+                f"jobs[{n}]",
+                f"must be a mapping, got {type(spec).__name__}",
+                "a mapping with a topic and an id",
+            )
         if not JOB_FIELDS.issuperset(spec):  # no set built per job when the names are right
             unknown = set(spec) - JOB_FIELDS
             raise ValidationError(f"jobs[{n}]", f"unknown fields {sorted(unknown)}")

@@ -221,6 +221,48 @@ def test_bad_input_exits_2_with_a_message_naming_the_field(
     assert cli("get", "t", "1").returncode == 1  # nothing was written
 
 
+DEEP_BODY = "[" * 10_000 + "]" * 10_000  # past json's recursion limit, not only orjson's
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (DEEP_BODY.encode(), "is nested too deeply (limit: 254 levels"),
+        (b'{"name": "caf\xe9"}', "is not UTF-8 text: byte 13 (0xe9)"),
+    ],
+    ids=["deep", "latin-1"],
+)
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_a_body_json_or_utf8_cannot_read_is_one_clear_error(
+    cli: Cli, tmp_path: Path, content: bytes, message: str, where: str
+) -> None:
+    body_file = tmp_path / "body.json"
+    body_file.write_bytes(content)
+    body, source = (f"@{body_file}", str(body_file)) if where == "file" else ("-", "stdin")
+    with body_file.open("rb") as stdin:
+        command = ["add", "t", "1", "--body", body, "--json", "--redis", cli.url]
+        result = subprocess.run(
+            [sys.executable, "-m", "actors.cli", *command, "--namespace", NS],
+            stdin=stdin,
+            capture_output=True,
+            env=base_env(),
+            timeout=60,
+        )
+    assert result.returncode == 2, result.stderr
+    assert b"Traceback" not in result.stderr
+    error = json.loads(result.stdout)  # one JSON document, nothing else
+    assert error["error"] == "usage", error
+    assert error["message"].startswith(f"body: {source} {message}"), error
+    assert cli("get", "t", "1").returncode == 1  # nothing was written
+
+
+def test_a_body_too_deep_for_a_job_names_the_limit(cli: Cli) -> None:
+    result = cli.json("add", "t", "1", "--body", "[" * 300 + "]" * 300, code=2)
+    assert result["message"].startswith("body: is nested too deeply (limit: 254 levels"), result
+    ok = cli.json("add", "t", "2", "--body", "[" * 254 + "]" * 254)
+    assert ok["state"] == "ready"
+
+
 def test_invalid_names_are_refused_with_the_validation_message(cli: Cli) -> None:
     result = cli.json("add", "t", "has space", code=2)
     assert result["error"] == "invalid" and result["message"].startswith("id:")

@@ -117,6 +117,37 @@ def test_every_kind_of_bad_line_names_its_line_and_adds_nothing(
     assert store.get("t", "first") is None  # its batch was never sent
 
 
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        (b'{"topic": "t", "id": "x", "body": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+         "line 2: is nested too deeply (limit: 254 levels"),
+        (b'{"topic": "t", "id": "caf\xe9"}', "line 2: is not UTF-8 text: byte 25 (0xe9)"),
+    ],
+    ids=["deep", "latin-1"],
+)  # fmt: skip
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_a_line_json_or_utf8_cannot_read_is_named_without_a_traceback(
+    redis_server: RedisProcess, store: Store, tmp_path: Path, line: bytes, named: str, where: str
+) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"topic": "t", "id": "first"}\n' + line + b"\n")
+    name = str(path) if where == "file" else "-"
+    with path.open("rb") as stdin:
+        command = ["import", name, "--json", "--redis", redis_server.url, "--namespace", NS]
+        result = subprocess.run(
+            [sys.executable, "-m", "actors.cli", *command],
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    assert result.returncode == 2, result.stderr
+    assert b"Traceback" not in result.stderr
+    error = json.loads(result.stdout)  # one JSON document, nothing else
+    assert error["error"] == "invalid" and named in error["message"], error
+    assert store.get("t", "first") is None  # its batch was never sent
+
+
 def test_an_existing_job_exits_4_and_replace_reschedules(
     redis_server: RedisProcess, store: Store, tmp_path: Path
 ) -> None:

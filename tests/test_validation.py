@@ -349,3 +349,23 @@ def test_the_facades_add_many_names_the_item_and_its_field_once(
     )
     assert str(error).count("(limit:") == 1, error
     assert str(error).count("topic:") == 1, error
+
+
+@pytest.mark.parametrize(
+    ("batch", "field"),
+    [
+        ([None], "jobs[0]"),
+        ([{"topic": "t", "id": "ok"}, None], "jobs[1]"),
+        (["topic"], "jobs[0]"),  # a string is not read as its characters' names
+        ([("topic", "t")], "jobs[0]"),
+        (None, "jobs"),
+    ],
+)
+def test_add_many_refuses_an_item_that_is_not_a_mapping(
+    redis_client: redis.Redis, fake_clock: FakeClock, batch: Any, field: str
+) -> None:
+    from actors import DelayQueue
+
+    queue = DelayQueue(redis_client, "facade", clock=fake_clock, producer_only=True)
+    error = refused(queue.store, lambda: queue.add_many(batch), field, "mapping")
+    assert "must be" in error.message, error

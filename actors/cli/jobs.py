@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from actors import _constants as c
 from actors import _validation as validation
 from actors.cli.context import Context
 from actors.cli.output import (
@@ -80,20 +81,37 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def read_body(text: str) -> Any:
+    """--body as JSON: the text itself, ``@FILE`` or ``-`` (stdin), both read as UTF-8."""
     if text == "-":
-        source, raw = "stdin", sys.stdin.read()
+        source, raw = "stdin", _utf8("stdin", sys.stdin.buffer.read())
     elif text.startswith("@"):
         source = text[1:]
         try:
-            raw = Path(source).read_text()
+            data = Path(source).read_bytes()
         except OSError as exc:
             raise usage_error(f"body: cannot read {source}: {exc.strerror}") from None
+        raw = _utf8(source, data)
     else:
         source, raw = "--body", text
     try:
         return json.loads(raw)
     except ValueError as exc:
         raise usage_error(f"body: {source} is not valid JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses per level; a body may have far fewer
+        raise usage_error(
+            f"body: {source} is nested too deeply "
+            f"(limit: {c.BODY_MAX_DEPTH} levels of arrays and objects)"
+        ) from None
+
+
+def _utf8(source: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise usage_error(
+            f"body: {source} is not UTF-8 text: byte {exc.start} (0x{data[exc.start]:02x}) "
+            f"{exc.reason}"
+        ) from None
 
 
 def _due_at_ms(text: str, now_ms: int) -> int:

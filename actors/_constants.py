@@ -72,6 +72,7 @@ MEMBER_SEPARATOR: Final = "|"
 TOPIC_MAX_CHARS: Final = 100
 JOB_ID_MAX_CHARS: Final = 200
 NAMESPACE_MAX_CHARS: Final = 64
+CONSUMER_NAME_MAX_CHARS: Final = 200
 BODY_MAX_BYTES: Final = 512 * 1024
 # orjson will not serialize arrays and objects nested deeper than this.
 BODY_MAX_DEPTH: Final = 254

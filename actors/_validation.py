@@ -66,6 +66,12 @@ def namespace(value: object, field: str = "namespace") -> str:
     return _check_name(field, value, _NAMESPACE_RE, c.NAMESPACE_MAX_CHARS, _NAMESPACE_CHARS)
 
 
+def consumer_name(value: object, field: str = "consumer_name") -> str:
+    """A worker's name, as audit events (``by``), logs and its heartbeat key carry it: an id's
+    characters, which the default ``<host>:<pid>:<hex>`` keeps to."""
+    return _check_name(field, value, _JOB_ID_RE, c.CONSUMER_NAME_MAX_CHARS, _JOB_ID_CHARS)
+
+
 def body(value: Any, field: str = "body") -> bytes:
     """Serializes a body with orjson and checks its size and that every number is finite."""
     try:

@@ -114,8 +114,12 @@ class DelayQueue:
         durability: Durability | None = None,
         tracer_provider: Any = None,
     ) -> None:
-        # First: a tracer_provider without opentelemetry installed is refused before any I/O.
+        # First: a tracer_provider without opentelemetry installed is refused before any I/O,
+        # as are bad names (the consumer's reaches audit fields, logs and a heartbeat key).
         self._tracing = Tracing(tracer_provider)
+        self._namespace = validation.namespace(namespace)
+        if consumer_name is not None:
+            validation.consumer_name(consumer_name)
         self._embedded: Any = None
         if redis_source is None:
             from actors.server.embedded_default import start_embedded  # only needed without a URL
@@ -131,7 +135,6 @@ class DelayQueue:
         retry_ms = producing.schedule_ms(default_retry, "default_retry")
         lease_ms = producing.lease_ms(default_lease, "default_lease")
         # Checked now, so bad settings fail at construction even though nothing connects yet.
-        self._namespace = validation.namespace(namespace)
         if shards is not None:
             validation.count(shards, "shards", c.SHARDS_MAX)
         self._store_options: dict[str, Any] = {

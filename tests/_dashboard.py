@@ -42,12 +42,16 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def fetch(
-    url: str, *, data: dict[str, Any] | None = None, cookies: dict[str, str] | None = None
+    url: str,
+    *,
+    data: dict[str, Any] | None = None,
+    cookies: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, str, list[tuple[str, str]]]:
     """(status, body, headers) of a GET, or of a form POST when ``data`` is given; redirects
     are not followed."""
     body = None if data is None else urllib.parse.urlencode(data, doseq=True).encode()
-    request = urllib.request.Request(url, data=body)
+    request = urllib.request.Request(url, data=body, headers=headers or {})
     if cookies:
         request.add_header("Cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()))
     opener = urllib.request.build_opener(NoRedirect)

@@ -178,6 +178,113 @@ def test_a_post_without_the_csrf_value_changes_nothing(store: Store, url: str) -
     assert store.get("later", "j1") is None
 
 
+def test_a_csrf_cookie_this_app_did_not_sign_is_refused(store: Store, url: str) -> None:
+    """Browsers do not scope cookies by port: any app on 127.0.0.1 can set redelay_csrf. A value
+    it chose (of the old unsigned kind, or shaped like a signed one), or one another dashboard
+    signed, fails however well the form matches it."""
+    store.add(store.new_job("later", "j1", None, delay_ms=600_000))
+    genuine = csrf_session(url)["redelay_csrf"]
+    nonce, _, signature = genuine.partition(".")
+    with serve(create_app(store)) as other:
+        foreign = csrf_session(other)["redelay_csrf"]
+    planted = [
+        "p" * 43,  # what an unsigned double-submit cookie accepted
+        f"{nonce}.{'A' * len(signature)}",
+        f"{'x' * len(nonce)}.{signature}",
+        foreign,
+    ]
+    form = {"action": "cancel", "topic": "later", "id": "j1"}
+    for value in planted:
+        jar = {"redelay_csrf": value}
+        status, body, headers = fetch(url + "/act", data={**form, "csrf": value}, cookies=jar)
+        assert status == 403 and "CSRF" in body, value
+        # A page replaces a cookie it did not sign with one it did.
+        _, _, headers = fetch(url + "/", cookies=jar)
+        replaced = cookie_from(headers, "redelay_csrf")
+        assert replaced and replaced != value, value
+    assert store.get("later", "j1") is not None
+
+
+def test_apps_given_one_csrf_secret_accept_each_others_cookie(store: Store) -> None:
+    store.add(store.new_job("later", "j1", None, delay_ms=600_000))
+    secret = b"s" * 32
+    with serve(create_app(store, csrf_secret=secret)) as one:
+        cookies = csrf_session(one)
+    with serve(create_app(store, csrf_secret=secret)) as two:
+        _, _, headers = fetch(two + "/", cookies=cookies)
+        assert cookie_from(headers, "redelay_csrf") is None  # kept, not replaced
+        form = {"action": "cancel", "topic": "later", "id": "j1"}
+        status, _, _ = fetch(
+            two + "/act", data={**form, "csrf": cookies["redelay_csrf"]}, cookies=cookies
+        )
+        assert status == 303
+    assert store.get("later", "j1") is None
+
+
+def test_over_https_the_csrf_cookie_is_a_secure_host_cookie(store: Store, url: str) -> None:
+    https = {"X-Forwarded-Proto": "https"}  # uvicorn trusts it from loopback
+    _, _, headers = fetch(url + "/", headers=https)
+    value = cookie_from(headers, "__Host-redelay_csrf")
+    assert value and cookie_from(headers, "redelay_csrf") is None
+    (set_cookie,) = [v for k, v in headers if k.lower() == "set-cookie"]
+    attributes = {a.strip().lower() for a in set_cookie.split(";")[1:]}
+    assert {"secure", "httponly", "path=/", "samesite=strict"} <= attributes, set_cookie
+    assert not any(a.startswith("domain") for a in attributes)
+    store.add(store.new_job("later", "j1", None, delay_ms=600_000))
+    form = {"action": "cancel", "topic": "later", "id": "j1", "csrf": value}
+    status, _, _ = fetch(url + "/act", data=form, cookies={"redelay_csrf": value}, headers=https)
+    assert status == 403  # over https only the __Host- cookie counts
+    jar = {"__Host-redelay_csrf": value}
+    status, _, _ = fetch(url + "/act", data=form, cookies=jar, headers=https)
+    assert status == 303 and store.get("later", "j1") is None
+
+
+@pytest.mark.parametrize(
+    ("query", "back"),
+    [
+        ("action=cancel&topic=later&id=j%2F1", "/job?topic=later&amp;id=j%2F1"),
+        ("action=purge&topic=graves&id=d1", "/job?topic=graves&amp;id=d1"),
+        ("action=purge&job=graves%7Cd1", "/dead"),
+        ("action=requeue&all=graves", "/dead?topic=graves"),
+        ("action=pause&topic=later&from=overview", "/"),
+        ("action=pause&topic=later", "/topic?name=later"),
+        ("action=unschedule&schedule=nightly", "/schedules"),
+    ],
+)
+def test_the_confirm_pages_go_back_link_is_a_path_of_the_app_not_the_referer(
+    store: Store, url: str, query: str, back: str
+) -> None:
+    for referer in ["javascript:alert(document.cookie)", "https://evil.example/phish", None]:
+        headers = {} if referer is None else {"Referer": referer}
+        status, page, _ = fetch(url + "/confirm?" + query, headers=headers)
+        assert status == 200, page
+        (link,) = re.findall(r'<a href="([^"]*)" id="back">', page)
+        assert link == back, referer
+        assert "evil.example" not in page and "javascript:" not in page
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("127.0.0.1.example.com", False),  # a name: it resolves wherever its owner says
+        ("127.attacker.example", False),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.5", False),
+        ("", False),
+    ],
+)
+def test_only_a_loopback_address_counts_as_loopback(host: str, loopback: bool) -> None:
+    from actors.cli.dashboard import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
 def test_read_only_hides_and_refuses_every_action(store: Store) -> None:
     make_dead(store, "later", "d1")
     with serve(create_app(store, read_only=True)) as base:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,6 +132,40 @@ def test_a_bad_namespace_is_refused(
         Store(redis_client, name, fake_clock)
     assert caught.value.field == "namespace" and caught.value.limit
     assert redis_client.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "must not be empty"),
+        ("worker 1", "outside the allowed set"),
+        ("w{1}", "outside the allowed set"),
+        ("w|1", "outside the allowed set"),
+        ("w\n1", "outside the allowed set"),  # would forge a line in a log
+        ("w" * (c.CONSUMER_NAME_MAX_CHARS + 1), "characters long"),
+        (7, "must be a string"),
+    ],
+)
+def test_a_bad_consumer_name_is_refused_before_anything_starts(
+    tmp_path: Path, name: object, message: str
+) -> None:
+    from actors import DelayQueue
+
+    data_dir = tmp_path / "data"
+    with pytest.raises(ValidationError) as caught:
+        DelayQueue(None, consumer_name=name, data_dir=data_dir)  # type: ignore[arg-type]
+    assert caught.value.field == "consumer_name" and message in caught.value.message
+    assert caught.value.limit
+    assert not data_dir.exists()  # no embedded server was started for it
+
+
+def test_a_consumer_name_may_hold_a_host_a_pid_and_an_address() -> None:
+    from actors import DelayQueue
+
+    for name in ("web-1.example.com:4242:0f3a9c", "orders@host-7", "pool/2", "w_1+x=y"):
+        queue = DelayQueue("redis://127.0.0.1:1/0", consumer_name=name, producer_only=True)
+        assert queue.consumer == name
+        queue.close()
 
 
 # -- bodies ---------------------------------------------------------------------------------

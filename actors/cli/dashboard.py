@@ -7,6 +7,7 @@ the command runs, so the rest of the command line works without them.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from typing import Any
 
@@ -48,7 +49,7 @@ def run_dashboard(ctx: Context, args: argparse.Namespace) -> int:
         raise usage_error(f"dashboard: --port must be from 0 to 65535, got {args.port}")
     token = args.token or os.environ.get(ENV_TOKEN) or None
     read_only = args.read_only
-    if token is None and not read_only and not _is_loopback(args.host):
+    if token is None and not read_only and not is_loopback(args.host):
         # Anyone who can reach the port could act: off loopback, actions need a token.
         ctx.note(f"dashboard: --host {args.host} without --token or {ENV_TOKEN}: read-only")
         read_only = True
@@ -62,5 +63,13 @@ def run_dashboard(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_loopback(host: str) -> bool:
-    return host in {"127.0.0.1", "::1", "localhost"} or host.startswith("127.")
+def is_loopback(host: str) -> bool:
+    """Whether --host binds a loopback address: an IP address that is one (127.0.0.0/8, ::1,
+    [::1]), or "localhost". Any other name is not, whatever it starts with
+    (127.0.0.1.example.com resolves to wherever its owner points it)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False

@@ -11,6 +11,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from actors.dashboard import security
 from actors.dashboard.routes import Pages
 from actors.queue import DelayQueue
 from actors.storage.store import Store
@@ -19,13 +20,18 @@ HERE = Path(__file__).resolve().parent
 
 
 def create_app(
-    source: DelayQueue | Store, *, read_only: bool = False, token: str | None = None
+    source: DelayQueue | Store,
+    *,
+    read_only: bool = False,
+    token: str | None = None,
+    csrf_secret: bytes | None = None,
 ) -> Starlette:
     """The dashboard for ``source``'s namespace.
 
     ``read_only`` hides every action and refuses its POST; ``token``, when given, must be typed
     in once (the login page sets a cookie) before actions are allowed. Every POST is checked
-    against the CSRF cookie either way.
+    against the CSRF cookie either way, which this app signs with ``csrf_secret`` (random for
+    each app unless given: processes that serve one dashboard behind a balancer share one).
     """
     store = source.store if isinstance(source, DelayQueue) else source
     # Autoescaping everywhere, whatever the file name: bodies, ids and reasons are user data.
@@ -33,7 +39,13 @@ def create_app(
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    pages = Pages(store, Jinja2Templates(env=env), read_only=read_only, token=token)
+    pages = Pages(
+        store,
+        Jinja2Templates(env=env),
+        read_only=read_only,
+        token=token,
+        csrf=security.Csrf(csrf_secret),
+    )
     return Starlette(
         routes=[
             Route("/", pages.overview, name="overview"),

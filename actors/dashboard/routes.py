@@ -38,12 +38,19 @@ class Pages:
     """Handlers bound to one store. Starlette runs these sync handlers on its thread pool."""
 
     def __init__(
-        self, store: Store, templates: Jinja2Templates, *, read_only: bool, token: str | None
+        self,
+        store: Store,
+        templates: Jinja2Templates,
+        *,
+        read_only: bool,
+        token: str | None,
+        csrf: security.Csrf,
     ) -> None:
         self.store = store
         self.templates = templates
         self.read_only = read_only
         self.token = token
+        self.csrf = csrf
         self.samples = Samples(lambda count, after: store.recent_audit(count, after=after))
 
     # -- rendering ---------------------------------------------------------------------------
@@ -68,7 +75,7 @@ class Pages:
                 "read_only": self.read_only,
                 "actions_allowed": self.actions_allowed(request),
                 "needs_login": self.token is not None and not self.read_only,
-                "csrf": security.csrf_value(request),
+                "csrf": self.csrf.value(request),
                 "flash": urllib.parse.unquote(flash) if flash else None,
                 "now_ms": now_ms,
                 "utc": views.utc,
@@ -78,7 +85,7 @@ class Pages:
             },
             status_code=status,
         )
-        security.keep_csrf(request, response)
+        self.csrf.keep(request, response)
         if flash:
             response.delete_cookie(FLASH_COOKIE, path="/")
         return response
@@ -254,14 +261,15 @@ class Pages:
                 "question": wanted.describe(),
                 "members": [f"{t}|{i}" for t, i in wanted.jobs],
                 "due": request.query_params.get("due", ""),
-                "back": request.headers.get("referer", ""),
+                # Computed, not the Referer: a header must not become a link on this page.
+                "back": back_link(wanted, request.query_params),
                 "from_page": views.return_page(request.query_params.get("from")),
             },
         )
 
     async def act(self, request: Request) -> Response:
         form = await request.form()
-        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        if not self.csrf.ok(request, form.get(security.CSRF_FIELD)):
             return self.problem(request, 403, "The form expired or came from elsewhere (CSRF).")
         refused = self._refused(request)
         if refused is not None:
@@ -296,7 +304,7 @@ class Pages:
         if request.method == "GET":
             return self.render(request, "login.html", {"wrong": False})
         form = await request.form()
-        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        if not self.csrf.ok(request, form.get(security.CSRF_FIELD)):
             return self.problem(request, 403, "The form expired or came from elsewhere (CSRF).")
         given = form.get("token")
         if self.token is None or not isinstance(given, str):
@@ -308,3 +316,20 @@ class Pages:
         if not security.token_ok_value(given, self.token):
             return self.render(request, "login.html", {"wrong": True}, 403)
         return response
+
+
+def back_link(wanted: actions.Request, query: QueryParams) -> tuple[str, dict[str, str]]:
+    """The confirmation page's "go back": the page the action was started from, as a path of
+    this app and its query, told by the action itself."""
+    if wanted.action in actions.TOPIC_ACTIONS:
+        if views.return_page(query.get("from")) == "overview":
+            return "/", {}
+        return "/topic", {"name": str(wanted.topic)}
+    if wanted.action in actions.SCHEDULE_ACTIONS:
+        return "/schedules", {}
+    if wanted.all_of is not None:
+        return "/dead", {"topic": wanted.all_of}
+    if wanted.action in actions.DEAD_ACTIONS and "id" not in query:
+        return "/dead", {}  # a selection of the dead jobs page
+    topic, job_id = wanted.jobs[0]
+    return "/job", {"topic": topic, "id": job_id}

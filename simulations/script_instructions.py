@@ -214,6 +214,28 @@ def count(
     return Count(label, jobs, per_job)
 
 
+NOOP_SCRIPT = "return 0"
+
+
+def count_noop(calls: int, redis_server: str) -> float:
+    """Instructions per call of an empty script (EVALSHA of ``return 0``), request and reply
+    included: the least any script call costs Redis, the floor a job's life is held to."""
+    with tempfile.TemporaryDirectory(prefix="redelay-instructions-") as tmp:
+        binary = _callgrind_binary(Path(tmp), redis_server)
+        with RedisProcess(Path(tmp) / "redis", binary=binary, extra_args=("--hz", "1")) as server:
+            assert server.process is not None
+            client = redis.Redis.from_url(server.url, socket_timeout=600)
+            sha = str(client.script_load(NOOP_SCRIPT))
+            for _ in range(50):  # the first calls grow the client's query buffer
+                client.evalsha(sha, 0)
+            _control(server.process.pid, "-z")
+            for _ in range(calls):
+                client.evalsha(sha, 0)
+            found = _instructions(server.process.pid) / calls
+            client.close()
+    return found
+
+
 def report(counts: list[Count], add_batch: int, batch: int) -> str:
     lines = [
         f"instructions per job in redis-server (callgrind), add_many of {add_batch}, "

@@ -8,6 +8,7 @@ asserted: speed claims come from `make bench`.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_a_peer_that_did_not_run_is_an_error_and_a_missing_api_is_not() -> None:
 
 
 def _headings(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith("## ")]
+    return [line for line in text.splitlines() if line.startswith(("## ", "### "))]
 
 
 def test_every_section_of_the_page_comes_from_the_template() -> None:
@@ -131,7 +132,8 @@ def test_every_section_of_the_page_comes_from_the_template() -> None:
 
 
 def _sections(text: str) -> dict[str, str]:
-    parts = ("\n" + text).split("\n## ")[1:]
+    """Heading -> its text, for the page's ## and ### headings alike."""
+    parts = re.split(r"\n#{2,3} ", "\n" + text)[1:]
     return {part.split("\n", 1)[0]: part for part in parts}
 
 
@@ -154,6 +156,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     out = tmp_path_factory.mktemp("tiny-run")
     command = [sys.executable, "-m", "simulations.bench", "--tiny", "--systems", "redelay"]
     command += ["--scenarios", "immediate", "--no-limit", "--no-profile", "--no-sweep"]
+    command += ["--no-instructions"]
     command += ["--out-dir", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -287,21 +290,20 @@ def test_a_json_from_before_the_scale_sections_renders_them_as_not_measured(
     assert [v.met for v in verdicts[-2:]] == [None, None]
 
 
-def test_a_tiny_run_times_the_speed_reference_before_each_part_and_shows_it(
+def test_a_tiny_run_measures_a_floor_before_each_round_and_holds_its_records_to_it(
     tiny_run: tuple[dict[str, Any], str],
 ) -> None:
     results, page = tiny_run
-    points = results["load"]["speed_reference"]
-    assert [p["before"] for p in points] == ["redelay", "the scale sections", "end"]
-    for point in points:
-        assert point["client_ms"] > 0 and point["redis_ms"] > 0
-        row = f"| {point['before']} | {point['client_ms']:.1f} | {point['redis_ms']:.1f} |"
-        assert row in page
-    fastest = min(p["client_ms"] for p in points)
-    assert f"client core {fastest:.1f} to " in page
-    assert "Not measured in this run (the reference" not in page
-
-
-def test_a_page_from_before_the_speed_reference_says_it_was_not_measured() -> None:
-    assert report.speed_summary([]).startswith("Not measured in this run")
-    assert report.speed_table([]) == ""
+    floors = results["floors"]
+    assert [point["before"] for point in floors] == ["immediate"]
+    point = floors[0]
+    assert point["calls_per_s"] > 0 and point["client_us_per_call"] > 0
+    assert point["redis_us_per_call"] > 0
+    record = results["records"][0]
+    assert record["floor"] == {k: v for k, v in point.items() if k != "before"}
+    by_floor = record["ratios"]["floor"]
+    assert by_floor["client_cpu_per_job"] == pytest.approx(
+        record["client_cpu_ms_per_1k_jobs"] / point["client_us_per_call"], rel=0.01
+    )
+    assert record["ratios"]["bullmq"] == {}  # BullMQ did not run in it
+    assert f"| immediate | {point['calls_per_s']:,.0f} |" in page

@@ -67,3 +67,15 @@ def test_padded_ids_made_in_order_are_in_byte_order_and_unpadded_ones_are_not() 
     unpadded = [script_instructions.ID_FORMATS["unpadded"] % n for n in made]
     assert sorted(padded) == padded
     assert sorted(unpadded) != unpadded and unpadded[12] == "job-12"
+
+
+@needs_valgrind
+def test_an_empty_call_counts_the_same_twice_and_far_less_than_a_jobs_life() -> None:
+    """The floor a job's life is divided by in docs/benchmarks.md: EVALSHA of `return 0`."""
+    redis_server = find_redis_server()
+    first = script_instructions.count_noop(200, redis_server)
+    again = script_instructions.count_noop(200, redis_server)
+    assert first > 1_000
+    assert again == pytest.approx(first, rel=0.02)
+    life = _count(lua_dir(), "this checkout").total
+    assert life > 5 * first

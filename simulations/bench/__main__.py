@@ -1,20 +1,24 @@
 """``python -m simulations.bench``: run the scenarios on every system and write the results.
 
     python -m simulations.bench --full     # make bench: docs/benchmarks.md, .json and the PNGs
+    python -m simulations.bench --long     # make bench-long: simulations/out/bench-long/
     python -m simulations.bench --quick    # make bench-quick: simulations/out/bench-quick/
     python -m simulations.bench --quick --systems redelay,arq --scenarios immediate
     python -m simulations.bench --tiny --systems redelay --no-limit --no-profile --no-sweep
 
-Besides the scenarios every system runs, redelay alone gets the Redis limit, a handler
-concurrency sweep, a profile, the two scale sections of issue 15: 10,000 against 10,000,000
-pending jobs (simulations/pending_scale.py) and 1, 2, 4 worker processes on one Redis
-(simulations/worker_scale.py), and its producers (simulations/producer_speed.py: add, async add,
-add_many, add_stream), sized by the mode (see scale.py); each has a --no-... flag.
+Every system runs in one run, interleaved: scenario by scenario, each round in a rotated order
+of the systems, after a floor point (floor.py: an empty script call on the same client and
+socket), so every figure can be read as a ratio to BullMQ's and to the floor measured minutes
+from it, whatever the host (ratios.py). Redis's instructions per job (callgrind) are counted
+besides, as the one figure no host's speed moves (instructions.py). No host is refused.
+
+``--long`` adds what takes hours: the issue's full sizes, and for redelay alone a handler
+concurrency sweep, a profile, the two scale sections of issue 15 (10,000 against 10,000,000
+pending jobs, simulations/pending_scale.py; 1, 2, 4 worker processes on one Redis,
+simulations/worker_scale.py) and its producers (simulations/producer_speed.py), sized by the mode
+(see scale.py); each has a --no-... flag. ``--quick`` and ``--tiny`` run them all at small sizes.
 
 One ``--seed`` drives the steady scenarios' delays; every setting is printed at the start.
-A full run first times the speed reference (speed_reference.py) and stops, exit code 3, when this
-host is over SLOW_HOST_RATIO times slower than the one that made the page it would rewrite
-(``--slow-host`` runs anyway): the targets are absolute, so a slow host's page fails them alone.
 """
 
 from __future__ import annotations
@@ -34,18 +38,24 @@ from typing import Any
 
 from actors.storage.scripts import sources
 
-from . import chart, redis_limit, report, scale, speed_reference, targets
+from . import chart, floor, instructions, ratios, redis_limit, report, scale, targets
 from .profiling import profile_redelay
 from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario, snapshot_code
-from .scenarios import Scenario, full_plan, quick_plan, tiny_plan
+from .scenarios import Scenario, full_plan, long_plan, quick_plan, tiny_plan
 from .server import can_pin, pin_clients
 from .sweep import concurrency_sweep
 from .systems import BY_NAME, SYSTEMS, SystemInfo
 
 DOCS_DIR = REPO_ROOT / "docs"
 QUICK_DIR = REPO_ROOT / "simulations" / "out" / "bench-quick"
-PROFILE_JOBS = {"full": 100_000, "quick": 2_000, "tiny": 500}
-SWEEP_JOBS = {"full": 100_000, "quick": 2_000, "tiny": 500}
+LONG_DIR = REPO_ROOT / "simulations" / "out" / "bench-long"
+PROFILE_JOBS = {"long": 100_000, "quick": 2_000, "tiny": 500}
+SWEEP_JOBS = {"long": 100_000, "quick": 2_000, "tiny": 500}
+# Empty script calls per floor point: a second or so of the client's time.
+FLOOR_CALLS = {"long": 20_000, "full": 10_000, "quick": 3_000, "tiny": 500}
+# What `make bench` leaves to `make bench-long`: each takes minutes to hours at its real size.
+LONG_ONLY = ("no_sweep", "no_profile", "no_pending_scale", "no_worker_scale", "no_producers")
+COMMANDS = {"full": "make bench", "long": "make bench-long", "quick": "make bench-quick"}
 # The table's setting (the worker waits on Redis) and a large one (Python is the limit). Not
 # 1,000: py-spy stops the process to walk every thread's stack, and with 1,000 handler threads
 # that slowed the profiled run of 2026-11-24 to 1,755 jobs/s against 27,687 unprofiled.
@@ -56,6 +66,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m simulations.bench", description=__doc__)
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--full", dest="mode", action="store_const", const="full")
+    size.add_argument("--long", dest="mode", action="store_const", const="long")
     size.add_argument("--quick", dest="mode", action="store_const", const="quick")
     size.add_argument("--tiny", dest="mode", action="store_const", const="tiny")
     parser.add_argument("--systems", help="comma-separated subset (default: all)")
@@ -63,6 +74,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, help="where the JSON, page and charts go")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-limit", action="store_true", help="skip the Redis limit section")
+    parser.add_argument(
+        "--no-instructions",
+        action="store_true",
+        help="skip counting Redis's instructions per job under callgrind",
+    )
     parser.add_argument("--no-profile", action="store_true", help="skip profiling redelay")
     parser.add_argument("--no-sweep", action="store_true", help="skip redelay's concurrency sweep")
     parser.add_argument(
@@ -81,12 +97,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="skip redelay's producers (simulations/producer_speed.py)",
     )
     parser.add_argument(
-        "--slow-host",
-        action="store_true",
-        help="let a full run rewrite the page on a host over "
-        f"{speed_reference.SLOW_HOST_RATIO}x slower than the one that made it",
-    )
-    parser.add_argument(
         "--render",
         type=Path,
         metavar="JSON",
@@ -94,11 +104,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.mode = args.mode or "quick"
+    if args.mode == "full":
+        for name in LONG_ONLY:
+            setattr(args, name, True)
     return args
 
 
 def plan_for(mode: str, names: str | None) -> list[Scenario]:
-    plan = {"full": full_plan, "quick": quick_plan, "tiny": tiny_plan}[mode]()
+    plans = {"long": long_plan, "full": full_plan, "quick": quick_plan, "tiny": tiny_plan}
+    plan = plans[mode]()
     if names:
         wanted = set(names.split(","))
         unknown = wanted - {s.name for s in plan}
@@ -161,19 +175,11 @@ def not_run(system: SystemInfo, scenario: Scenario, reason: str, *, error: bool)
     return {"system": system.name, "scenario": scenario.name, "reason": reason, "error": error}
 
 
-def note_speed(load: dict[str, Any], workdir: Path, before: str) -> None:
-    """Times the fixed reference (speed_reference.py) into load["speed_reference"]."""
-    point = speed_reference.measure(workdir, before)
-    load.setdefault("speed_reference", []).append(point)
-    print(
-        f"speed reference before {before}: client {point['client_ms']} ms, "
-        f"Redis {point['redis_ms']} ms",
-        flush=True,
-    )
-
-
-class CostlyRun(Exception):
-    """A full run's first scenario cost far more per job than the page's run of it."""
+def rotated(systems: Sequence[SystemInfo], turn: int) -> list[SystemInfo]:
+    """The systems in the order of round ``turn``: each round starts one system later, so no
+    system always runs first (on a fresh machine) or last (after the others warmed it)."""
+    shift = turn % len(systems) if systems else 0
+    return [*systems[shift:], *systems[:shift]]
 
 
 def run_all(
@@ -181,24 +187,31 @@ def run_all(
     plan: list[Scenario],
     context: RunContext,
     load: dict[str, Any],
-    page_json: Path | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Runs every scenario of every system. With ``page_json``, the run's first scenario is held
-    to that page's CPU per job for it (speed_reference.costly_run_refusal): CostlyRun if over."""
+    floor_calls: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Runs every scenario of every system, interleaved: one round per scenario, each after a
+    floor point that its records keep. Returns the records, the pairs not run and the floors."""
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    for system in systems:
-        missing = system.missing() or (node_ready() if system.is_node else None)
-        if missing is None:
-            note_speed(load, context.workdir, system.name)
-        for scenario in plan:
-            if missing is None and scenario.name == "enqueue-batch" and system.batch_api is None:
+    floors: list[dict[str, Any]] = []
+    missing = {s.name: s.missing() or (node_ready() if s.is_node else None) for s in systems}
+    for turn, scenario in enumerate(plan):
+        point = {"before": scenario.name, **floor.measure(context.workdir / "floor", floor_calls)}
+        floors.append(point)
+        print(
+            f"floor before {scenario.name}: {point['calls_per_s']:,.0f} empty calls/s, client "
+            f"{point['client_us_per_call']} µs, Redis {point['redis_us_per_call']} µs a call",
+            flush=True,
+        )
+        for system in rotated(systems, turn):
+            why = missing[system.name]
+            if why is None and scenario.name == "enqueue-batch" and system.batch_api is None:
                 # Not applicable, not missing: the peer has no batch API to measure.
                 skipped.append(not_run(system, scenario, "no batch enqueue API", error=False))
                 continue
-            if missing is not None:
-                skipped.append(not_run(system, scenario, missing, error=True))
-                print(f"{system.name:>14} {scenario.name:<15} ERROR, not run: {missing}")
+            if why is not None:
+                skipped.append(not_run(system, scenario, why, error=True))
+                print(f"{system.name:>14} {scenario.name:<15} ERROR, not run: {why}")
                 continue
             load_before = os.getloadavg()[0]
             load["max_1m"] = max(load.get("max_1m", 0.0), load_before)
@@ -209,15 +222,12 @@ def run_all(
                 skipped.append(not_run(system, scenario, reason, error=True))
                 print(f"{system.name:>14} {scenario.name:<15} {reason}", flush=True)
                 continue
-            # Read before it began: runs until 2026-11-25 read it here, as the scenario ended.
             record["loadavg_1m_before"] = round(load_before, 2)
+            record["floor"] = {k: v for k, v in point.items() if k != "before"}
             records.append(record)
             print(summary_line(record), flush=True)
-            if page_json is not None and len(records) == 1:
-                refusal = speed_reference.costly_run_refusal(record, page_json)
-                if refusal is not None:
-                    raise CostlyRun(refusal)
-    return records, skipped
+    ratios.attach(records)
+    return records, skipped, floors
 
 
 def render_only(json_path: Path, out_dir: Path | None = None) -> int:
@@ -288,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return render_only(args.render, args.out_dir)
     plan = plan_for(args.mode, args.scenarios)
     systems = systems_for(args.systems)
-    out_dir: Path = args.out_dir or (DOCS_DIR if args.mode == "full" else QUICK_DIR)
+    default_dir = {"full": DOCS_DIR, "long": LONG_DIR}.get(args.mode, QUICK_DIR)
+    out_dir: Path = args.out_dir or default_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     if can_pin():
         pin_clients()
@@ -299,28 +310,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     load: dict[str, Any] = {"start": list(os.getloadavg())}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="redelay-bench-") as workdir:
-        if args.mode == "full" and not args.slow_host:
-            point = speed_reference.measure(Path(workdir), "the host check")
-            refusal = speed_reference.slow_host_refusal(point, out_dir / "benchmarks.json")
-            if refusal is not None:
-                print(f"refused: {refusal}", flush=True)
-                return 3
         code_dir = Path(workdir) / "code"
         code = snapshot_code(code_dir)
         sources()  # the in-process script measurements use the scripts as they are now, too
         print(f"code: {code}", flush=True)
         context = RunContext(Path(workdir), args.seed, code_dir=code_dir)
-        page_json = out_dir / "benchmarks.json"
-        checked = page_json if args.mode == "full" and not args.slow_host else None
-        try:
-            records, skipped = run_all(systems, plan, context, load, checked)
-        except CostlyRun as refused:
-            print(f"refused: {refused}", flush=True)
-            return 3
+        floor_calls = FLOOR_CALLS[args.mode]
+        records, skipped, floors = run_all(systems, plan, context, load, floor_calls)
+        counted: dict[str, Any] = {}
+        if not args.no_instructions:
+            print(f"counting Redis's instructions per job: {instructions.command(args.mode)}")
+            counted = count_instructions(args.mode)
         limit: dict[str, Any] = {}
         if not args.no_limit:
             print("measuring the Redis limit", flush=True)
-            limit = redis_limit.measure(Path(workdir), quick=args.mode != "full")
+            limit = redis_limit.measure(Path(workdir), quick=args.mode != "long")
         sweep: list[dict[str, Any]] = []
         if not args.no_sweep and "redelay" in {s.name for s in systems}:
             print("redelay's delivery rate by handler concurrency", flush=True)
@@ -336,13 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except AgentFailed as exc:
                     failed = f"failed: {str(exc).strip()[-300:]}"
                     profiles.append({"skipped": failed, "concurrency": concurrency})
-        if not (args.no_pending_scale and args.no_worker_scale):
-            note_speed(load, Path(workdir), "the scale sections")
         pending_scale, worker_scale = run_scale_sections(
             args, code_dir, "redelay" in {s.name for s in systems}
         )
         producers = run_producers_section(args, "redelay" in {s.name for s in systems})
-        note_speed(load, Path(workdir), "end")
     load["end"] = list(os.getloadavg())
     prefix = "benchmarks" if args.mode == "full" else f"benchmarks-{args.mode}"
     charts = {
@@ -356,9 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": args.mode,
-        "command": {"full": "make bench", "quick": "make bench-quick"}.get(
-            args.mode, f"python -m simulations.bench --{args.mode}"
-        ),
+        "command": COMMANDS.get(args.mode, f"python -m simulations.bench --{args.mode}"),
         "seed": args.seed,
         "code": code,
         "wall_s": round(time.monotonic() - started, 1),
@@ -370,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "configs": report.system_configs(),
         "records": records,
         "skipped": skipped,
+        "floors": floors,
+        "instructions": counted,
         "redis_limit": limit,
         "profiles": profiles,
         "concurrency_sweep": sweep,
@@ -384,7 +385,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {page_path} and {json_path} in {results['wall_s']} s")
     for verdict in results["targets"]:
         print(f"target: {verdict['target']}: {verdict['measured']} -> {verdict['met']}")
-    return report_errors(skipped, scale.failures(pending_scale, worker_scale, producers))
+    sections_failed = scale.failures(pending_scale, worker_scale, producers)
+    if counted.get("error"):
+        sections_failed.append(f"instructions: {counted['skipped']}")
+    return report_errors(skipped, sections_failed)
+
+
+def count_instructions(mode: str) -> dict[str, Any]:
+    """instructions.measure, or why it failed (the rest of the run is still written)."""
+    try:
+        counted = instructions.measure(mode)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return {"skipped": f"failed: {str(exc).strip()[-300:]}", "error": True}
+    for label, shape in (counted.get("shapes") or {}).items():
+        print(
+            f"  {label}: {shape['life']:,} a job's life, {shape['life_in_noop_calls']} empty calls"
+        )
+    return counted
 
 
 def report_errors(skipped: Sequence[dict[str, Any]], sections: Sequence[str] = ()) -> int:

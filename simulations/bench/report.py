@@ -7,20 +7,19 @@ here from the run's results, so the prose and the figures always come from the s
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from string import Template
 from typing import Any
 
-from . import limits_report, scale_report, speed_reference, targets
+from . import ratios, scale_report
 from .formatting import MISSING, duration, ms, num, table
 from .systems import SYSTEMS
-from .targets import PYTHON_PEERS, find
+from .targets import find
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "template.md"
 
@@ -362,253 +361,126 @@ def configs_section(
     )
 
 
-# -- numbers quoted in the prose -----------------------------------------------------------
+# -- ratios: to BullMQ, to the floor, and Redis's instructions ------------------------------
 
 
-def _get(records: Sequence[dict[str, Any]], system: str, scenario: str, field: str) -> Any:
-    return (find(records, system, scenario) or {}).get(field)
+def _x(value: Any) -> str:
+    return f"{value:.2f}x" if isinstance(value, int | float) else MISSING
 
 
-def _per_job(records: Sequence[dict[str, Any]], scenario: str, command: str) -> str:
-    record = find(records, "redelay", scenario) or {}
-    delivered = record.get("delivered") or record.get("jobs") or 0
-    calls = (record.get("redis_calls_by_command") or {}).get(command, 0)
-    return num(calls / delivered, 1) if delivered else MISSING
+def _bullmq_ratio(records: Sequence[dict[str, Any]], system: str, scenario: str, field: str) -> str:
+    record = find(records, system, scenario) or {}
+    return _x(((record.get("ratios") or {}).get("bullmq") or {}).get(field))
 
 
-def fastest_peer(records: Sequence[dict[str, Any]]) -> tuple[str, float]:
-    rates = {
-        peer: float(_get(records, peer, "immediate", "delivered_jobs_per_s") or 0)
-        for peer in PYTHON_PEERS
-    }
-    name = max(rates, key=lambda peer: rates[peer])
-    return name, rates[name]
+# (column, scenario, field) of the table of ratios to BullMQ.
+BULLMQ_COLUMNS = (
+    ("immediate: delivered jobs/s", "immediate", "delivered_jobs_per_s"),
+    ("burst: delivered jobs/s", "burst", "delivered_jobs_per_s"),
+    ("burst: client CPU / job", "burst", "client_cpu_ms_per_1k_jobs"),
+    ("burst: Redis CPU / job", "burst", "redis_cpu_ms_per_1k_jobs"),
+    ("steady-1000: lateness p99", "steady-1000", "lateness_ms_p99"),
+    ("steady-5000: lateness p99", "steady-5000", "lateness_ms_p99"),
+    ("enqueue-single: jobs/s", "enqueue-single", "enqueue_jobs_per_s"),
+    ("enqueue-batch: jobs/s", "enqueue-batch", "enqueue_jobs_per_s"),
+    ("Redis bytes / pending job", "enqueue-single", "redis_memory_bytes_per_pending_job"),
+)
 
 
-def _lua_share(scripts: dict[str, Any]) -> str:
-    """Share of the scripts' time over a delayed job's life spent outside Redis commands."""
-    transitions = scripts.get("transitions") or {}
-    names = [n for n in limits_report.DELAYED_LIFE if n in transitions]
-    total = sum(float(transitions[n]["usec_per_job"]) for n in names)
-    inner = sum(sum((transitions[n].get("inner_usec_per_job") or {}).values()) for n in names)
-    return num(100 * (total - inner) / total) if total else MISSING
-
-
-def _transition(scripts: dict[str, Any], name: str) -> dict[str, Any]:
-    found: dict[str, Any] = (scripts.get("transitions") or {}).get(name) or {}
-    return found
-
-
-def _profile(results: dict[str, Any], concurrency: int) -> dict[str, Any]:
-    for profile in results.get("profiles") or []:
-        if profile.get("concurrency") == concurrency:
-            found: dict[str, Any] = profile
-            return found
-    return {}
-
-
-def _sweep(rows: Sequence[dict[str, Any]], concurrency: int | None) -> dict[str, Any]:
-    found = [r for r in rows if r.get("delivered_jobs_per_s") is not None]
-    if not found:
-        return {}
-    if concurrency is None:
-        return max(found, key=lambda r: float(r["delivered_jobs_per_s"]))
-    return next((r for r in found if r.get("concurrency") == concurrency), {})
-
-
-def speed_summary(points: list[dict[str, Any]]) -> str:
-    """The reference's spread over the run (simulations/bench/speed_reference.py)."""
-    client = speed_reference.spread(points, "client_ms")
-    redis_side = speed_reference.spread(points, "redis_ms")
-    if client is None or redis_side is None:
-        return "Not measured in this run (the reference was added on 2026-11-25)."
-
-    def side(name: str, fastest: float, slowest: float) -> str:
-        return f"{name} {fastest:.1f} to {slowest:.1f} ms (the slowest {slowest / fastest:.2f}x)"
-
-    return (
-        "The same fixed work was timed before each system, before the scale sections and at the "
-        "end (`simulations/bench/speed_reference.py`: a CPython loop in the runner on the client "
-        "core, a Lua loop in a fresh redis-server on the Redis core, best of "
-        f"{speed_reference.ROUNDS} each), so a change in the machine's speed during the run shows "
-        f"here and not only in the figures: {side('client core', *client)}, "
-        f"{side('Redis core', *redis_side)}. Each point is the time before the part named."
-    )
-
-
-def speed_table(points: list[dict[str, Any]]) -> str:
-    if not points:
-        return ""
+def bullmq_ratio_table(records: Sequence[dict[str, Any]]) -> str:
+    """Each system's figures over BullMQ's in the same run (ratios.peer_of says which entry)."""
     rows = [
-        f"| {p['before']} | {float(p['client_ms']):.1f} | {float(p['redis_ms']):.1f} |"
-        for p in points
+        [_bold(system), f"`{ratios.peer_of(system)}`"]
+        + [_bullmq_ratio(records, system, scenario, field) for _, scenario, field in BULLMQ_COLUMNS]
+        for system in _systems(records)
+        if not system.startswith(ratios.BULLMQ)
     ]
-    return "\n".join(["| before | client core, ms | Redis core, ms |", "|---|---:|---:|", *rows])
+    return table(["system", "against", *(c for c, _, _ in BULLMQ_COLUMNS)], rows)
 
 
-def values(results: dict[str, Any]) -> dict[str, str]:
-    records: list[dict[str, Any]] = results["records"]
-    limit: dict[str, Any] = results.get("redis_limit") or {}
-    scripts: dict[str, Any] = limit.get("scripts") or {}
-    machine_info: dict[str, Any] = results["machine"]
-    load = results.get("load") or {}
-    peer, peer_rate = fastest_peer(records)
-    g: Callable[[str, str, str], Any] = lambda system, scenario, field: _get(  # noqa: E731
-        records, system, scenario, field
-    )
-    plan = {s["name"]: s for s in results["plan"]}
-    sweep_rows: list[dict[str, Any]] = results.get("concurrency_sweep") or []
-    low, best = _sweep(sweep_rows, 10), _sweep(sweep_rows, None)
-    add_cost = _transition(scripts, "add (100 per call)")
-    add_usec = float(add_cost.get("usec_per_job") or 0)
-    steady_names = [s["name"] for s in results["plan"] if s["kind"] == "steady"] or [""]
-    # The larger of the two profiled concurrencies (1,000 in runs before 2026-11-24, 100 since).
-    high_profile = max(
-        (p.get("concurrency") or 0 for p in results.get("profiles") or []), default=0
-    )
+def _floor_cell(record: dict[str, Any] | None) -> str:
+    found = ((record or {}).get("ratios") or {}).get("floor") or {}
+    client, server = found.get("client_cpu_per_job"), found.get("redis_cpu_per_job")
+    if client is None and server is None:
+        return MISSING
+    return f"{num(client, 1)} / {num(server, 1)}"
 
-    def size(name: str) -> str:
-        return num((plan.get(name) or {}).get("jobs"))
 
-    steady = [s for s in results["plan"] if s["kind"] == "steady"]
-    first_steady = steady[0] if steady else {}
-    return {
-        "generated_at": results["generated_at"],
-        "code": _code(results.get("code") or {}),
-        "mode": results["mode"],
-        "command": results["command"],
-        "targets_table": targets_table(results["targets"]),
-        "delivery_table": delivery_table(records),
-        "steady_tables": "\n\n".join(
-            f"**{s['rate_per_s']:,} jobs/s for {s['duration_s']:g} s**\n\n"
-            + steady_table(records, s["name"])
-            for s in steady
-        ),
-        "enqueue_table": enqueue_table(records),
-        "redis_benchmark_table": redis_benchmark_table(limit),
-        "script_table": script_table(limit),
-        "profile_section": profiles_section(results.get("profiles") or []),
-        "sweep_table": sweep_table(results.get("concurrency_sweep") or []),
-        "pending_scale_results": scale_report.pending_section(results.get("pending_scale") or {}),
-        "wall_time": duration(results.get("wall_s")),
-        "scale_wall": scale_report.walls(
-            results.get("pending_scale") or {}, results.get("worker_scale") or {}
-        ),
-        "worker_scale_results": scale_report.worker_section(results.get("worker_scale") or {}),
-        "producers_results": scale_report.producers_section(results.get("producers") or {}),
-        "stream_enqueue": scale_report.stream_enqueue(results.get("producers") or {}),
-        "skipped_section": skipped_section(results.get("skipped") or []),
-        "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
-        "versions_section": versions_section(results["versions"]),
-        "configs_section": configs_section(records, results.get("configs")),
-        "cpu": str(machine_info.get("cpu") or "unknown CPU"),
-        "cores": str(machine_info.get("cores")),
-        "memory_gb": num(machine_info.get("memory_gb"), 1),
-        "kernel": str(machine_info.get("kernel")),
-        "python": str(machine_info.get("python")),
-        "redis_version": str(limit.get("redis_version") or MISSING),
-        "load_start": ", ".join(f"{x:.2f}" for x in load.get("start", [])) or MISSING,
-        "load_end": ", ".join(f"{x:.2f}" for x in load.get("end", [])) or MISSING,
-        "load_max": num(load.get("max_1m"), 2),
-        "speed_summary": speed_summary(load.get("speed_reference") or []),
-        "slow_host_ratio": f"{speed_reference.SLOW_HOST_RATIO:g}",
-        "speed_table": speed_table(load.get("speed_reference") or []),
-        "pinned": "yes" if results.get("pinned") else "no (fewer than 2 cores)",
-        "immediate_jobs": size("immediate"),
-        "burst_jobs": size("burst"),
-        "single_jobs": size("enqueue-single"),
-        "batch_jobs": size("enqueue-batch"),
-        "steady_rates": " and ".join(f"{s['rate_per_s']:,}" for s in steady) or MISSING,
-        "steady_s": num(first_steady.get("duration_s")),
-        "steady_delays": (
-            f"{first_steady.get('delay_min_ms', 0) / 1000:g}-"
-            f"{first_steady.get('delay_max_ms', 0) / 1000:g} s"
-        ),
-        "steady_wait_s": num(first_steady.get("wait_s")),
-        "redelay_delivered": num(g("redelay", "immediate", "delivered_jobs_per_s")),
-        "store_delivered": num(g("redelay-store", "immediate", "delivered_jobs_per_s")),
-        "fastest_peer": peer,
-        "fastest_peer_delivered": num(peer_rate),
-        "redelay_commands": num(g("redelay", "immediate", "redis_commands_per_delivered_job"), 1),
-        "redelay_trips": num(g("redelay", "immediate", "redis_round_trips_per_delivered_job"), 2),
-        "redelay_xadd_per_job": _per_job(records, "burst", "xadd"),
-        "redelay_redis_cpu": num(g("redelay", "immediate", "redis_cpu_ms_per_1k_jobs"), 1),
-        "redelay_client_cpu": num(g("redelay", "immediate", "client_cpu_ms_per_1k_jobs"), 1),
-        "redelay_ceiling": _ceiling(find(records, "redelay", "immediate")),
-        "script_usec": num(scripts.get("delayed_job_usec"), 1),
-        "script_ceiling": num(scripts.get("delayed_jobs_per_s_ceiling")),
-        "script_immediate_ceiling": num(scripts.get("immediate_jobs_per_s_ceiling_approx")),
-        "memory_without": num(
-            g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job_without_audit")
-        ),
-        "memory_with": num(g("redelay", "enqueue-batch", "redis_memory_bytes_per_pending_job")),
-        "batch_enqueue": num(g("redelay", "enqueue-batch", "enqueue_jobs_per_s")),
-        "lua_share": _lua_share(scripts),
-        "carry_usec": num(_transition(scripts, "carry (1,000 per call)").get("usec_per_job"), 1),
-        "lease_usec": num(_transition(scripts, "lease (100 per call)").get("usec_per_job"), 1),
-        "ack_usec": num(_transition(scripts, "ack (100 per call)").get("usec_per_job"), 1),
-        "add_ceiling": num(1e6 / add_usec) if add_usec else MISSING,
-        "store_batch_enqueue": num(g("redelay-store", "enqueue-batch", "enqueue_jobs_per_s")),
-        "bullmq_delivered": (
-            f"{num(g('bullmq', 'immediate', 'delivered_jobs_per_s'))} jobs/s "
-            f"({num(g('bullmq', 'burst', 'delivered_jobs_per_s'))} in the burst)"
-        ),
-        "redelay_ratio": (
-            num(float(g("redelay", "immediate", "delivered_jobs_per_s") or 0) / peer_rate, 1)
-            if peer_rate
-            else MISSING
-        ),
-        "gil_low": num(_profile(results, 10).get("gil_busy_percent")),
-        "gil_high": num(_profile(results, high_profile).get("gil_busy_percent")),
-        "profile_high": num(high_profile),
-        "steady_p50_low": ms(g("redelay", steady_names[0], "lateness_ms_p50")),
-        "steady_p50_high": ms(g("redelay", steady_names[-1], "lateness_ms_p50")),
-        "steady_p99_low": ms(g("redelay", steady_names[0], "lateness_ms_p99")),
-        "steady_p99_high": ms(g("redelay", steady_names[-1], "lateness_ms_p99")),
-        "steady_early": early_sentence(records, "redelay", steady_names),
-        "steady_verdict": lateness_sentence(records, "redelay"),
-        "store_p99_low": ms(g("redelay-store", steady_names[0], "lateness_ms_p99")),
-        "store_p99_high": ms(g("redelay-store", steady_names[-1], "lateness_ms_p99")),
-        "steady_trips": num(
-            max(
-                (
-                    float(r["redis_round_trips_per_delivered_job"])
-                    for r in records
-                    if r["system"] == "redelay"
-                    and r["scenario"] in steady_names
-                    and r.get("redis_round_trips_per_delivered_job") is not None
-                ),
-                default=math.nan,
+def floor_ratio_table(records: Sequence[dict[str, Any]], plan: Sequence[dict[str, Any]]) -> str:
+    """Client and Redis CPU per job, each in empty script calls of its round's floor."""
+    names = [s["name"] for s in plan]
+    rows = [
+        [_bold(system)] + [_floor_cell(find(records, system, name)) for name in names]
+        for system in _systems(records)
+    ]
+    return table(["system", *names], rows)
+
+
+def floors_table(floors: Sequence[dict[str, Any]]) -> str:
+    if not floors:
+        return "No floor was measured in this run."
+    rows = [
+        [
+            str(point["before"]),
+            num(point.get("calls_per_s")),
+            num(point.get("client_us_per_call"), 1),
+            num(point.get("redis_us_per_call"), 1),
+        ]
+        for point in floors
+    ]
+    header = ["round", "empty calls/s", "client CPU µs / call", "Redis CPU µs / call"]
+    return table(header, rows)
+
+
+def floor_spread(floors: Sequence[dict[str, Any]]) -> str:
+    """How far the floor moved over the run: the host's own drift, which the ratios absorb."""
+    rates = [float(p["calls_per_s"]) for p in floors if p.get("calls_per_s")]
+    if not rates:
+        return "not measured"
+    return f"{min(rates):,.0f} to {max(rates):,.0f} empty calls/s ({max(rates) / min(rates):.2f}x)"
+
+
+def instructions_section(counted: dict[str, Any]) -> str:
+    if not counted:
+        return "Not counted in this run (`--no-instructions`)."
+    if "skipped" in counted:
+        return f"Not counted: {counted['skipped']}."
+    shapes = counted.get("shapes") or {}
+    rows = [
+        [
+            label,
+            f"{num(shape['add_batch'])} / {num(shape['batch'])}",
+            num(shape.get("jobs")),
+            *(
+                num((shape.get("per_job") or {}).get(phase))
+                for phase in ("add", "carry", "lease", "ack")
             ),
-            2,
-        ),
-        "add_usec": num(add_cost.get("usec_per_job"), 1),
-        "batch_client_usec": num(g("redelay", "enqueue-batch", "client_cpu_ms_per_1k_jobs"), 1),
-        "sweep_low": num(low.get("delivered_jobs_per_s")),
-        "sweep_low_trips": num(low.get("redis_round_trips_per_delivered_job"), 2),
-        "sweep_best": num(best.get("delivered_jobs_per_s")),
-        "sweep_best_concurrency": num(best.get("concurrency")),
-        "sweep_best_trips": num(best.get("redis_round_trips_per_delivered_job"), 3),
-        "lateness_chart": _image(results, "lateness", "Lateness percentiles under steady load"),
-        "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
-        **limits_report.values(results),
-    }
-
-
-def early_sentence(records: Sequence[dict[str, Any]], system: str, scenarios: Sequence[str]) -> str:
-    early = sum(
-        int(record.get("early_deliveries") or 0)
-        for name in scenarios
-        if (record := find(records, system, name)) is not None
+            num(shape.get("life")),
+            _x(shape.get("life_in_noop_calls")),
+        ]
+        for label, shape in shapes.items()
+    ]
+    header = [
+        "shape",
+        "jobs per add / per carry, lease, ack",
+        "jobs",
+        "add",
+        "carry",
+        "lease",
+        "ack",
+        "a delayed job's life",
+        "in empty calls",
+    ]
+    noop = num(counted.get("noop_call"))
+    return (
+        f"An empty script call (EVALSHA of `return 0`, request and reply) cost Redis {noop} "
+        f"instructions; `{counted.get('command', '')}` counts the batched shape alone.\n\n"
+        + table(header, rows)
     )
-    return "no early delivery" if early == 0 else f"{early:,} early deliveries"
 
 
-def lateness_sentence(records: Sequence[dict[str, Any]], system: str) -> str:
-    judged = targets.lateness_of(records, system)
-    if judged is not None and judged[1]:
-        return f"both within the {targets.LATENESS_P99_MS} ms target"
-    return f"against the {targets.LATENESS_P99_MS} ms target"
+def _bold(system: str) -> str:
+    return f"**{system}**" if system == "redelay" else system
 
 
 def _code(code: dict[str, Any]) -> str:
@@ -624,6 +496,82 @@ def _code(code: dict[str, Any]) -> str:
 def _image(results: dict[str, Any], name: str, alt: str) -> str:
     path = (results.get("charts") or {}).get(name)
     return f"![{alt}]({path})" if path else "(chart not drawn: matplotlib is not installed)"
+
+
+def values(results: dict[str, Any]) -> dict[str, str]:
+    records: list[dict[str, Any]] = results["records"]
+    limit: dict[str, Any] = results.get("redis_limit") or {}
+    machine_info: dict[str, Any] = results["machine"]
+    load = results.get("load") or {}
+    floors: list[dict[str, Any]] = results.get("floors") or []
+    steady = [s for s in results["plan"] if s["kind"] == "steady"]
+    pending = results.get("pending_scale") or {}
+    workers = results.get("worker_scale") or {}
+    return {
+        "generated_at": results["generated_at"],
+        "code": _code(results.get("code") or {}),
+        "mode": results["mode"],
+        "command": results["command"],
+        "wall_time": duration(results.get("wall_s")),
+        "cpu": str(machine_info.get("cpu") or "unknown CPU"),
+        "cores": str(machine_info.get("cores")),
+        "memory_gb": num(machine_info.get("memory_gb"), 1),
+        "kernel": str(machine_info.get("kernel")),
+        "python": str(machine_info.get("python")),
+        "load_start": ", ".join(f"{x:.2f}" for x in load.get("start", [])) or MISSING,
+        "load_end": ", ".join(f"{x:.2f}" for x in load.get("end", [])) or MISSING,
+        "load_max": num(load.get("max_1m"), 2),
+        "pinned": "yes" if results.get("pinned") else "no (fewer than 2 cores)",
+        "targets_table": targets_table(results["targets"]),
+        "bullmq_ratio_table": bullmq_ratio_table(records),
+        "floors_table": floors_table(floors),
+        "floor_spread": floor_spread(floors),
+        "floor_ratio_table": floor_ratio_table(records, results["plan"]),
+        "instructions_section": instructions_section(results.get("instructions") or {}),
+        "plan_table": plan_table(results["plan"]),
+        "delivery_table": delivery_table(records),
+        "steady_tables": "\n\n".join(
+            f"**{s['rate_per_s']:,} jobs/s for {s['duration_s']:g} s**\n\n"
+            + steady_table(records, s["name"])
+            for s in steady
+        ),
+        "enqueue_table": enqueue_table(records),
+        "redis_benchmark_table": redis_benchmark_table(limit),
+        "script_table": script_table(limit),
+        "redis_version": str(limit.get("redis_version") or MISSING),
+        "profile_section": profiles_section(results.get("profiles") or []),
+        "sweep_table": sweep_table(results.get("concurrency_sweep") or []),
+        "pending_scale_results": scale_report.pending_section(pending),
+        "scale_wall": scale_report.walls(pending, workers),
+        "worker_scale_results": scale_report.worker_section(workers),
+        "producers_results": scale_report.producers_section(results.get("producers") or {}),
+        "skipped_section": skipped_section(results.get("skipped") or []),
+        "run_notes": "\n".join(f"- {note}" for note in results.get("notes") or []) or "- None.",
+        "versions_section": versions_section(results["versions"]),
+        "configs_section": configs_section(records, results.get("configs")),
+        "lateness_chart": _image(results, "lateness", "Lateness percentiles under steady load"),
+        "throughput_chart": _image(results, "throughput", "Delivered and enqueued jobs/s"),
+    }
+
+
+def plan_table(plan: Sequence[dict[str, Any]]) -> str:
+    """The run's scenarios and their sizes, as the run recorded them."""
+
+    def what(s: dict[str, Any]) -> str:
+        if s["kind"] == "steady":
+            return (
+                f"{s['rate_per_s']:,} jobs/s for {s['duration_s']:g} s, each due "
+                f"{s['delay_min_ms'] / 1000:g}-{s['delay_max_ms'] / 1000:g} s after it is added"
+            )
+        if s["kind"] == "enqueue":
+            calls = "one call each" if s["call_style"] == "single" else "in batches of 1,000"
+            return f"{s['jobs']:,} jobs added {calls}, due in an hour"
+        if s["kind"] == "burst":
+            return f"{s['jobs']:,} jobs due at one moment, a worker running"
+        return f"{s['jobs']:,} jobs due now, added before the worker starts"
+
+    rows = [[f"`{s['name']}`", what(s), num(s.get("wait_s"))] for s in plan]
+    return table(["scenario", "what", "wait for deliveries, s"], rows)
 
 
 def render(results: dict[str, Any], template_path: Path = TEMPLATE_PATH) -> str:

@@ -19,13 +19,13 @@ from typing import Any
 from .. import pending_scale, producer_speed, worker_scale
 from .runner import AgentFailed
 
-# pending_scale's arguments by mode. Full is the hand run of docs/benchmarks.md; quick and tiny
-# only keep the code path alive. Full runs the scenarios three times per N (medians), once the
-# fill is done: with one run per N the 10M rate read x0.73 in the page of 1313f41 and x0.82 by
-# the medians of three runs the same day (the JSON's notes), on either side of nothing but
-# spread. The repeats add minutes; the 10M fill alone takes several.
+# pending_scale's arguments by mode. Long is `make bench-long`'s (`make bench` leaves the scale
+# sections out); quick and tiny only keep the code path alive. Long runs the scenarios three
+# times per N (medians), once the fill is done: with one run per N the 10M rate read x0.73 in the
+# page of 1313f41 and x0.82 by the medians of three runs the same day, on either side of nothing
+# but spread. The repeats add minutes; the 10M fill alone takes several.
 PENDING_ARGS = {
-    "full": "--pending 10000 10000000 --deliver-jobs 50000 --rate 1000 --seconds 30"
+    "long": "--pending 10000 10000000 --deliver-jobs 50000 --rate 1000 --seconds 30"
     " --delay-ms 1000 5000 --repeat 3",
     "quick": "--pending 10000 100000 --deliver-jobs 5000 --rate 1000 --seconds 5"
     " --delay-ms 1000 3000 --wait-s 30 --repeat 1",
@@ -33,19 +33,19 @@ PENDING_ARGS = {
     " --delay-ms 200 600 --wait-s 20 --repeat 1",
 }
 # worker_scale's: pinned as the bench pins (--pin is its default; it falls back to unpinned on
-# fewer than 2 cores, and the JSON says which). Four runs per K in full: with two, the 4-process
+# fewer than 2 cores, and the JSON says which). Four runs per K in long: with two, the 4-process
 # runs of the page of 1313f41 spanned 67,022 to 82,855 jobs/s, wider than the step the target
 # judges; a run is a few seconds.
 WORKER_ARGS = {
-    "full": "--workers 1 2 4 --jobs 200000 --repeat 4 --pin",
+    "long": "--workers 1 2 4 --jobs 200000 --repeat 4 --pin",
     "quick": "--workers 1 2 --jobs 20000 --repeat 1 --pin",
     "tiny": "--workers 1 2 --jobs 600 --concurrency 10 --repeat 1 --pin",
 }
-# producer_speed's: every producer of redelay, alternated rounds, the best reported. Full adds
+# producer_speed's: every producer of redelay, alternated rounds, the best reported. Long adds
 # 100,000 jobs per mode and round, the size the enqueue scenarios use, at add_many's batch of
 # 1,000 (as in the enqueue table) and add_stream's default of 200.
 PRODUCER_ARGS = {
-    "full": "--jobs 100000 --rounds 3 --batch 200 --batch 1000",
+    "long": "--jobs 100000 --rounds 3 --batch 200 --batch 1000",
     "quick": "--jobs 5000 --rounds 1 --batch 200",
     "tiny": "--jobs 300 --rounds 1 --batch 100 --concurrency 4",
 }

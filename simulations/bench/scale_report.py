@@ -3,8 +3,8 @@ results.
 
 Each returns the part of its section that comes from the run: what ran, its tables, and what they
 show, every conclusion computed from the figures (a ratio, "yes"/"no") so the text stays true for
-any run. A run without the section (skipped, failed, or a JSON from before it was part of
-``make bench``) renders as "not measured", never as stale figures.
+any run. A run without the section (``make bench`` leaves them to ``make bench-long``; skipped;
+failed) renders as "not measured", never as stale figures.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 from .formatting import MISSING, duration, ms, num, table
 from .targets import (
     MACHINE_SATURATED,
-    MEMORY_BYTES,
     PENDING_RATIO,
     REDIS_SATURATED,
     best_stream,
@@ -24,8 +23,8 @@ from .targets import (
 )
 
 NOT_RUN = (
-    "Not measured in this run (`--no-{flag}`, a run without redelay, or a JSON from before this "
-    "section was part of `make bench`)."
+    "Not measured in this run (`make bench` leaves it to `make bench-long`; or `--no-{flag}`, "
+    "or a run without redelay)."
 )
 
 
@@ -222,12 +221,6 @@ def pending_findings(runs: Sequence[dict[str, Any]], comparison: dict[str, Any])
     without_index = (largest.get("memory") or {}).get(
         "bytes_per_pending_job_without_stream_and_index"
     )
-    memory_met = isinstance(per_job, int | float) and per_job <= MEMORY_BYTES
-    margin = (
-        f"{num(abs(per_job - MEMORY_BYTES))} B {'under' if memory_met else 'over'}"
-        if isinstance(per_job, int | float)
-        else MISSING
-    )
     lost = sum(
         int((r.get(kind) or {}).get(name) or 0)
         for r in runs
@@ -244,9 +237,8 @@ def pending_findings(runs: Sequence[dict[str, Any]], comparison: dict[str, Any])
         f"{_ratio(comparison.get('lateness_p99_ratio'))}.",
         f"- **Redis CPU per delivered job at {large}: {_ratio(_cpu_ratio(runs))}** "
         f"({_change(_cpu_ratio(runs))} than at {small}).",
-        f"- **Memory at {large}: {num(per_job, 1)} B per pending job without the audit stream, "
-        f"the {MEMORY_BYTES}-byte target {'met' if memory_met else 'not met'}** ({margin}); "
-        f"{num(without_index, 1)} B without the history index either.",
+        f"- **Memory at {large}: {num(per_job, 1)} B per pending job without the audit "
+        f"stream**; {num(without_index, 1)} B without the history index either.",
         f"- **Every job delivered once, none early: {'yes' if not lost and not early else 'no'}** "
         f"({lost:,} missing or run twice, {early:,} early, over every run).",
     ]

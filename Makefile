@@ -54,7 +54,7 @@ OLDEST_TESTS := tests/test_held_connections.py tests/test_async_held_connections
 	tests/test_async_queue.py tests/test_async_topologies.py tests/test_store.py \
 	tests/test_add_stream.py tests/test_async_add_stream.py tests/test_if_exists.py \
 	tests/test_lazy_connect.py tests/test_cluster_redis_py.py \
-	tests/test_topology.py tests/test_lost_replies.py
+	tests/test_topology.py tests/test_lost_replies.py tests/test_network_faults.py
 NEWEST_TESTS := $(OLDEST_TESTS)
 OLDEST_CLUSTER_VENV ?= .venv-oldest-cluster
 OLDEST_CLUSTER_REDIS_PY := 7.2.1

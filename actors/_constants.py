@@ -145,3 +145,23 @@ GATE_FLIGHT_POLL_MS: Final = 100
 RATE_MAX_JOBS: Final = 1_000_000  # most jobs a rate may allow per window
 RATE_WINDOW_MAX_MS: Final = 24 * 3600 * 1000
 IN_FLIGHT_MAX: Final = 1_000_000
+
+# How long a connection that died silently (a partition, a middlebox that forgot it: no FIN, no
+# RST) can go unnoticed; docs/operations.md#network-faults sums these up. Clients redelay makes
+# from a URL get them unless the URL or the caller sets its own (redis-py 5.3 has no timeouts).
+# No command redelay sends blocks in Redis, so a reply is late only when Redis is slow or gone.
+SOCKET_TIMEOUT_S: Final = 5.0
+SOCKET_CONNECT_TIMEOUT_S: Final = 5.0
+# TCP keepalive (Linux names; skipped where the platform lacks one): the kernel finds a dead
+# idle peer after idle + interval * probes = 45 s on a real network.
+KEEPALIVE_IDLE_S: Final = 30
+KEEPALIVE_INTERVAL_S: Final = 5
+KEEPALIVE_PROBES: Final = 3
+# redis-py PINGs a pooled connection idle longer than this before using it.
+HEALTH_CHECK_INTERVAL_S: Final = 30
+# The notifier's subscription reads, it never writes, so neither timeouts nor keepalive through
+# a proxy notice it die: it PINGs after hearing nothing this long, and calls it dead (and
+# subscribes again) when nothing at all came back within the reply wait after a PING or a
+# SUBSCRIBE. Worst case from its death: ping + reply + one 0.25 s read.
+SUBSCRIPTION_PING_S: Final = 2.0
+SUBSCRIPTION_REPLY_S: Final = 3.0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from _proxy import Proxy, free_port
 from _reply_cut import ReplyCut
 from _wait import WAIT_S
 from hypothesis import HealthCheck, Phase, settings
@@ -142,3 +143,32 @@ def reply_cut(redis_server: RedisProcess, tmp_path: Path) -> Iterator[ReplyCut]:
     proxy = ReplyCut(redis_server.socket_path, str(tmp_path / "cut.sock"))
     yield proxy
     proxy.close()
+
+
+@pytest.fixture
+def tcp_redis(tmp_path: Path) -> Iterator[tuple[RedisProcess, tuple[str, int]]]:
+    """A private server listening on TCP (127.0.0.1, a free port) besides its Unix socket:
+    (server, (host, port)). The Unix socket stays a way around any proxy put in front of it."""
+    for attempt in range(5):
+        port = free_port()
+        server = RedisProcess(
+            tmp_path / f"redis-tcp-{attempt}",
+            extra_args=("--port", str(port), "--bind", "127.0.0.1"),
+        )
+        try:
+            server.start(timeout_s=WAIT_S)
+        except RuntimeError:  # the port was taken between the probe and the bind: another one
+            continue
+        try:
+            yield server, ("127.0.0.1", port)
+        finally:
+            server.kill()
+        return
+    pytest.fail("no free TCP port for a private redis-server after 5 tries")
+
+
+@pytest.fixture
+def proxy(tcp_redis: tuple[RedisProcess, tuple[str, int]]) -> Iterator[Proxy]:
+    """A fault-injecting TCP proxy (tests/_proxy.py) in front of ``tcp_redis``."""
+    with Proxy(tcp_redis[1]) as started:
+        yield started

@@ -20,6 +20,16 @@ arrived during that lease moved the mark, and is told at once; none is lost in b
 
 Pub/sub keeps nothing for a subscriber that is away, so after it subscribes again it tells every
 carrier to carry and every listener to look.
+
+A subscription only reads, so a connection that died silently (a partition, a middlebox that
+forgot it) would leave it deaf for good: no read times out, and keepalive probes may be answered
+by a proxy. So the thread PINGs it after hearing nothing for ``ping_s`` and calls it dead when
+nothing at all came back within ``reply_s`` of a PING or a SUBSCRIBE (SubscriptionCheck): it
+closes it, subscribes again on a new connection, and everyone looks. The client's other
+connections went the same way, most likely (``drop_connections``): its idle ones are closed when
+the subscription is given up, and once it is back every connection is closed, calls waiting on
+one included, so they retry on a new one now rather than after their socket timeout (and the
+retries redis-py makes of a timeout, each as long, when the connection it makes is lost too).
 """
 
 from __future__ import annotations
@@ -27,11 +37,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
 
+from actors import _constants as c
 from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Carry, ReadyNotice, Wake
 from actors.storage.store import Store
@@ -39,13 +51,53 @@ from actors.storage.store import Store
 log = logging.getLogger("actors.notifier")
 
 _BATCH_MAX = 1_000  # most messages folded into one round of tells
+_READ_S = 0.25  # one wait for a message; also how often the stop flag and the check are looked at
+_PING_DATA = b"redelay-notifier"
+
+
+class SubscriptionLost(Exception):
+    """Nothing came back on the subscription in time: its connection is taken for dead."""
+
+
+class SubscriptionCheck:
+    """When to PING a subscription and when to give it up, from monotonic times passed in."""
+
+    def __init__(self, now_s: float, ping_s: float, reply_s: float) -> None:
+        self.ping_s = ping_s
+        self.reply_s = reply_s
+        self.heard_s = now_s
+        self.asked_s: float | None = now_s  # a new subscription waits for its confirmations
+
+    def heard(self, now_s: float) -> None:
+        self.heard_s, self.asked_s = now_s, None
+
+    def ping_due(self, now_s: float) -> bool:
+        return self.asked_s is None and now_s - self.heard_s >= self.ping_s
+
+    def asked(self, now_s: float) -> None:
+        self.asked_s = now_s
+
+    def dead(self, now_s: float) -> bool:
+        return self.asked_s is not None and now_s - self.asked_s >= self.reply_s
 
 
 class ShardNotifier:
     def __init__(
-        self, client: Any, wake_channels: Sequence[str], ready_channels: Sequence[str]
+        self,
+        client: Any,
+        wake_channels: Sequence[str],
+        ready_channels: Sequence[str],
+        *,
+        drop_connections: Callable[[bool], None] | None = None,
+        ping_s: float = c.SUBSCRIPTION_PING_S,
+        reply_s: float = c.SUBSCRIPTION_REPLY_S,
     ) -> None:
         self.client = client
+        # Closes the client's idle connections (False) or all of them (True): see the docstring.
+        self.drop_connections = drop_connections
+        self._lost_since_subscribed = False
+        self.ping_s = ping_s
+        self.reply_s = reply_s
         self.wake_channels = set(wake_channels)
         self.ready_channels = set(ready_channels)
         self._lock = threading.Lock()
@@ -58,7 +110,9 @@ class ShardNotifier:
         self._thread = threading.Thread(target=self._run, name="redelay-notifier", daemon=True)
         self.messages = 0
         self.confirmations = 0
+        self._round = 0  # confirmations on the current connection since its last full round
         self.resubscribes = 0
+        self.lost = 0  # subscriptions given up for silence
 
     # -- registration (any thread) ----------------------------------------------------------
 
@@ -113,14 +167,26 @@ class ShardNotifier:
             self._thread.join(timeout=2)
 
     def _run(self) -> None:
-        backoff = Backoff(outage=outage_of(self.client), name="notifier")
+        # At most a second between tries: one connection, and each try after a heal that it
+        # misses delays every wake-up of the process.
+        backoff = Backoff(max_ms=1_000, outage=outage_of(self.client), name="notifier")
         channels = sorted(self.wake_channels | self.ready_channels)
         while not self._stop.is_set():
             pubsub = self.client.pubsub()
+            self._round = 0
             try:
+                check = SubscriptionCheck(time.monotonic(), self.ping_s, self.reply_s)
                 pubsub.subscribe(*channels)
                 while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=0.25)
+                    message = pubsub.get_message(timeout=_READ_S)
+                    now_s = time.monotonic()
+                    if message is not None:
+                        check.heard(now_s)
+                    elif check.dead(now_s):
+                        self._lose(now_s - check.heard_s)
+                    elif check.ping_due(now_s):
+                        pubsub.ping(_PING_DATA)
+                        check.asked(now_s)
                     # What arrived together is told together: a carry that filled the lists of
                     # five shards makes one notice per listener, not five.
                     notices: list[tuple[bytes | str, bytes | str]] = []
@@ -143,17 +209,42 @@ class ShardNotifier:
                 with contextlib.suppress(Exception):
                     pubsub.close()
 
-    def _confirmed(self, channels: int) -> None:
-        """Counts subscribe confirmations. Every full round after the first (we subscribed
-        again after an error, or redis-py did after a reconnect) may have missed messages."""
-        self.confirmations += 1
-        if self.confirmations % channels:
+    def _lose(self, silent_s: float) -> None:
+        """Gives the subscription up (the caller's ``finally`` closes it) and the client's idle
+        connections with it."""
+        self.lost += 1
+        self._lost_since_subscribed = True
+        self._drop(in_use=False)
+        raise SubscriptionLost(
+            f"nothing heard on the subscription for {silent_s:.1f} s, {self.reply_s:g} s after"
+            " asking; its connection is taken for dead"
+        )
+
+    def _drop(self, *, in_use: bool) -> None:
+        if self.drop_connections is None:
             return
-        if self.confirmations == channels:
+        try:
+            self.drop_connections(in_use)
+        except Exception as exc:  # closing is best effort; subscribing again is what matters
+            log.warning("notifier: closing the client's connections failed: %r", exc)
+
+    def _confirmed(self, channels: int) -> None:
+        """Counts subscribe confirmations, a round of ``channels`` at a time on one connection.
+        Every full round after the first (we subscribed again after an error, or redis-py did
+        after a reconnect) may have missed messages."""
+        self.confirmations += 1
+        self._round += 1
+        if self._round < channels:
+            return
+        self._round = 0
+        if not self._subscribed.is_set():
             self._subscribed.set()
         else:
             with self._lock:
                 self.resubscribes += 1
+            if self._lost_since_subscribed:
+                self._lost_since_subscribed = False
+                self._drop(in_use=True)
             self._everyone_look()
 
     def _dispatch(self, notices: list[tuple[bytes | str, bytes | str]]) -> None:
@@ -194,7 +285,12 @@ class ShardNotifier:
 
 def notifier_for(store: Store) -> ShardNotifier:
     """A notifier (not started) for every shard of the store's namespace."""
-    return ShardNotifier(store.client, store.wake_channels, store.ready_channels)
+    return ShardNotifier(
+        store.client,
+        store.wake_channels,
+        store.ready_channels,
+        drop_connections=store.drop_connections,
+    )
 
 
 def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:

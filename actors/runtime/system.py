@@ -8,6 +8,7 @@ per handler.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +30,12 @@ from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
 from actors.runtime.sweeper import RetrySweeper
 from actors.runtime.watchdog import Watchdog
+from actors.storage.liveness import without_timeout
 from actors.storage.store import Store
 from actors.tracing import Tracing
 from actors.values import TopicConfig
+
+log = logging.getLogger("actors.system")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,12 @@ class ActorSystem:
         """Starts the watchdog, which builds every other actor. If building one fails, what was
         started is stopped again and the error is raised."""
         s = self.settings
+        if without_timeout(self.store.client):
+            log.warning(
+                "this Redis client has no socket_timeout: a call on a connection that died without"
+                " a word (a partition, a firewall that forgot it) waits until the kernel gives up;"
+                " give the client one (docs/operations.md#network-faults)"
+            )
         self.notifier.start()  # subscribed before any actor looks at Redis
         self.watchdog = Watchdog.start(self.clock, interval_ms=s.watchdog_interval_ms)
         self.coordinator = ShutdownCoordinator.start(self.watchdog)

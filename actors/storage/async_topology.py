@@ -16,6 +16,7 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.sentinel import Sentinel
 
 from actors.errors import ConfigError
+from actors.storage.liveness import client_options
 from actors.storage.topology import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
@@ -63,6 +64,7 @@ async def connect(source: str | AsyncClient, **options: Any) -> AsyncClient:
     check_source(source)
     if not isinstance(source, str):
         return source
+    options = client_options(source, options)  # timeouts and keepalive: see liveness
     scheme = source.split("://", 1)[0].lower()
     if scheme in SENTINEL_SCHEMES:
         found = sentinel_settings(source, options)

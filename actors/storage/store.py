@@ -152,6 +152,20 @@ class Store(ShardPlan):
         self._rotation: dict[str, Iterator[int]] = defaultdict(itertools.count)
         self._rotation_lock = threading.Lock()
 
+    def drop_connections(self, in_use: bool = False) -> None:
+        """Closes the client's idle connections (held ones and pooled ones), and with ``in_use``
+        those in use too: a call waiting on one fails at once, and redis-py or the caller
+        retries it on a new one. For when one connection was found dead without a word: the
+        others went the same way, most likely, and a call on one would wait out its socket
+        timeout first. A call whose reply is lost so may have run (lost replies are a case every
+        script handles; tests/test_lost_replies.py)."""
+        held = self._batch.runner.held
+        if held is not None:
+            held.close()  # idle ones back to the pool, which closes them with its own
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None:
+            pool.disconnect(inuse_connections=in_use)
+
     # -- building jobs ----------------------------------------------------------------------
 
     def new_job(

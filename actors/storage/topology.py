@@ -25,6 +25,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from actors.errors import ConfigError
+from actors.storage.liveness import client_options
 
 RedisClient = redis.Redis | RedisCluster
 
@@ -43,12 +44,15 @@ CLUSTER_MIN_REDIS_PY = (7, 2, 1)
 
 
 def connect(source: str | RedisClient, **options: Any) -> RedisClient:
-    """A client for ``source`` (see the module docstring); ``options`` go to redis-py."""
+    """A client for ``source`` (see the module docstring); ``options`` go to redis-py, over
+    redelay's timeouts and keepalive for a URL (:mod:`actors.storage.liveness`). A client given
+    is used as it is."""
     if isinstance(source, redis.Redis | RedisCluster):
         check_client(source)
         return source
     if not isinstance(source, str):
         raise ConfigError(f"expected a Redis URL or client, got {type(source).__name__}")
+    options = client_options(source, options)  # timeouts and keepalive: see liveness
     scheme = source.split("://", 1)[0].lower()
     if scheme in SENTINEL_SCHEMES:
         return _sentinel_master(source, options)

@@ -23,6 +23,9 @@ from actors import DelayQueue, Job
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
+    parser.add_argument(
+        "--record-url", help="where deliveries are recorded (default --url): around a proxy"
+    )
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--topic", default="t")
     parser.add_argument("--concurrency", type=int, default=4)
@@ -43,7 +46,7 @@ def deliveries_key(namespace: str) -> str:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     queue = DelayQueue(args.url, namespace=args.namespace, sweep_interval_s=args.sweep)
-    recorder = redis.Redis.from_url(args.url, socket_timeout=2)
+    recorder = redis.Redis.from_url(args.record_url or args.url, socket_timeout=2)
     key = deliveries_key(args.namespace)
     pid = os.getpid()
     forever = threading.Event()

@@ -1,8 +1,11 @@
 """Time, read in one place.
 
-Scripts never read the server clock: the caller passes ``now_ms``. Python reads time only through a
-:class:`Clock`, and time-driven actors get their ticks from the clock's timers, so a
-:class:`FakeClock` drives the whole system in tests without real sleeps.
+Due times and lease deadlines are judged by the Redis server's clock: in production the scripts
+read ``TIME`` themselves, so no process's clock (stepped, drifting, wrong) can make a job due or
+a lease expired early. Only a clock that :attr:`Clock.drives_scripts` (the :class:`FakeClock` of
+tests and the deterministic simulator) passes its own ``now_ms`` for the scripts to follow.
+Python reads time only through a :class:`Clock`, and time-driven actors get their ticks from the
+clock's timers, so a :class:`FakeClock` drives the whole system in tests without real sleeps.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class Timer:
 
 
 class Clock(Protocol):
+    # True only for a clock the scripts must follow (a fake one): they get its now_ms. Any other
+    # clock only estimates the server's, and the scripts read TIME for every decision by time.
+    drives_scripts: bool
+
     def now_ms(self) -> int:
         """Milliseconds since the epoch, on the clock every process agrees on."""
         ...
@@ -126,6 +133,8 @@ class _TimerHeap:
 
 class SystemClock:
     """Wall-clock time plus a fixed offset, with one daemon thread that runs timers."""
+
+    drives_scripts = False
 
     def __init__(self, offset_ms: float = 0.0) -> None:
         self._offset_ms = offset_ms
@@ -296,7 +305,12 @@ class RedisSyncedClock(SystemClock):
 
 
 class FakeClock:
-    """A clock that moves only when told. Timers fire inside advance(), in due order."""
+    """A clock that moves only when told. Timers fire inside advance(), in due order.
+
+    The scripts take its time as theirs (``drives_scripts``): the explicit test path, so tests
+    and the deterministic simulator decide when a job is due against a real Redis."""
+
+    drives_scripts = True
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self._now_ms = start_ms

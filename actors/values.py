@@ -117,6 +117,18 @@ _LEASE_SETTERS = slot_setters(Lease)
 
 
 @dataclass(frozen=True, slots=True)
+class Swept:
+    """What one carry or expire did over every shard: jobs moved, the next due time or lease
+    deadline (None: none left), and how long until then by the clock the scripts judged by (the
+    server's), so a sleep timed from it wakes neither early nor late whatever the local clock
+    says (``Store.carry_swept``, ``Store.expire_swept``)."""
+
+    moved: int
+    next_ms: int | None
+    next_in_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseBatch:
     """What one lease call got: the leases, and how long the topic's gate asks the caller to wait
     before the next call (``Store.lease_batch``). ``wait_ms`` is 0 when no gate held jobs back,

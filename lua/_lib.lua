@@ -1,6 +1,9 @@
 -- Shared helpers, pasted into a script by the loader at its include line for this file.
 -- Conventions every transition script follows:
---   ARGV[1] now_ms (the caller's clock; scripts never read the server clock)
+--   ARGV[1] now_ms: "" for the server's clock (TIME), which every production caller sends, so
+--           no process's clock can make a job due or a lease expired early; or the time of a
+--           clock the caller owns and the scripts must follow (a fake clock in tests and the
+--           deterministic simulator, see actors/clock.py)
 --   ARGV[2] audit trim kind: "MAXLEN", "MINID" or "NONE"
 --   ARGV[3] audit trim threshold (approximate, `~`): entries to keep for MAXLEN; for MINID, how
 --           many ms of history to keep before the newest entry's id (the server's clock, so a
@@ -17,13 +20,24 @@
 -- @constant READY_CHANNEL
 -- @constant SLOT_PROBE_KEY
 local rcall = redis.call
-local now_ms = tonumber(ARGV[1])
--- now_ms as the text Redis would make of the number (redis.call formats a Lua number with %.17g,
--- and Lua's own `..` with %.14g: both slow, and the same digits for an integer below 10^14): the
--- caller's digits themselves, when they are an integer's canonical form.
-local now_ms_text = now_ms
-if string.find(ARGV[1], '^%-?[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') or ARGV[1] == '0' then
-  now_ms_text = ARGV[1]
+local now_ms, now_ms_text
+if ARGV[1] == '' then
+  -- Redis 6.2 replicates a script that read TIME and writes only by its effects, which this
+  -- asks for (its default since 5.0 already); Redis 7 always does, and keeps the call as a no-op.
+  if redis.replicate_commands then redis.replicate_commands() end
+  local time = rcall('TIME')
+  now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  now_ms_text = string.format('%d', now_ms)
+else
+  now_ms = tonumber(ARGV[1])
+  -- now_ms as the text Redis would make of the number (redis.call formats a Lua number with
+  -- %.17g, and Lua's own `..` with %.14g: both slow, and the same digits for an integer below
+  -- 10^14): the caller's digits themselves, when they are an integer's canonical form.
+  now_ms_text = now_ms
+  if string.find(ARGV[1], '^%-?[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$')
+      or ARGV[1] == '0' then
+    now_ms_text = ARGV[1]
+  end
 end
 local trim_kind = ARGV[2]
 local trim_arg = ARGV[3]
@@ -226,8 +240,8 @@ local function audit(stream, event, member, attempt, fields, count, unindexed)
   -- each would cost three more arguments and a trim check per entry (4.5% of Redis's
   -- instructions per job: simulations/script_instructions.py). The call's later entries wait
   -- for the next call's trim, which `~` (whole nodes only) never made exact anyway. MINID is
-  -- measured back from the id just written; ids are the server's milliseconds, now_ms is only
-  -- the caller's.
+  -- measured back from the id just written; ids are the server's milliseconds, and now_ms may be
+  -- a fake clock's.
   if not audit_trimmed then
     audit_trimmed = true
     if trim_kind == 'MAXLEN' then

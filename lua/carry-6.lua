@@ -4,8 +4,10 @@
 -- KEYS[6] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] limit (most jobs moved by this call)
 -- ARGV[6] wake channel (for a schedule's next occurrence; "" for none)
--- Returns: {moved, next_due_ms, name...} where next_due_ms is the earliest due time still
--- delayed, or -1, and the names are schedules whose stored occurrence times ran low (refill them).
+-- Returns: {moved, next_due_ms, now_ms, name...} where next_due_ms is the earliest due time still
+-- delayed, or -1, now_ms the time the call judged by (the carrier sleeps the difference, by
+-- the server's clock, not its own), and the names are schedules whose stored occurrence times ran
+-- low (refill them).
 -- A job is due when due_ms <= now_ms; jobs with equal due times move in member order.
 -- A schedule's pending occurrence makes the schedule's next occurrence in the same call (see
 -- _schedule.lua); with misfire "skip" one later than the grace is dropped instead of moved.
@@ -70,7 +72,7 @@ if #moved > 0 then
     rcall('HINCRBY', k.counts, topic .. '|ready', #list)
   end
 end
-local result = {#moved, delayed_earliest(k.delayed) or -1}
+local result = {#moved, delayed_earliest(k.delayed) or -1, now_ms_text}
 for _, name in ipairs(low) do result[#result + 1] = name end
 flush_history_index()
 rotate_history_index()

@@ -6,7 +6,7 @@
 -- KEYS[10] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] limit
 -- A lease is expired when its deadline_ms <= now_ms.
--- Returns: {expired_count, next_deadline_ms or -1}; expired_count counts every lease this call
+-- Returns: {expired_count, next_deadline_ms or -1, now_ms (the time judged by)}; expired_count counts every lease this call
 -- ended, including one whose record is gone: that lease is dropped (leased, tokens, counts) with
 -- no event.
 -- Events: expired {due, why=lease-expired, to} or dead {why=lease-expired, via=expired}
@@ -40,4 +40,4 @@ local next_deadline = -1
 if #earliest > 0 then next_deadline = tonumber(earliest[2]) end
 flush_history_index()
 rotate_history_index()
-return {#members, next_deadline}
+return {#members, next_deadline, now_ms_text}

@@ -22,13 +22,17 @@ START_S = WAIT_S  # importing redelay in a fresh interpreter on a loaded 2-core 
 
 
 class WorkerProcess:
-    """``python -m tests.workers.delay_worker`` with the given options."""
+    """``python -m tests.workers.delay_worker`` (or ``module``) with the given options; ``send``
+    writes a line to its stdin."""
 
-    def __init__(self, url: str, namespace: str, *options: str) -> None:
+    def __init__(
+        self, url: str, namespace: str, *options: str, module: str = "tests.workers.delay_worker"
+    ) -> None:
         args = ["--url", url, "--namespace", namespace, *options]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.workers.delay_worker", *args],
+            [sys.executable, "-m", module, *args],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -48,6 +52,11 @@ class WorkerProcess:
             pytest.fail(f"worker {self.pid} did not report {event!r} within {timeout_s}s")
         assert message["event"] == event, message
         return message
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)

@@ -62,6 +62,12 @@ def test_every_script_has_a_builder_giving_it_as_many_keys_as_it_declares() -> N
         assert call.args[:4] == COMMON, call.name
 
 
+def test_scripts_read_the_servers_time_unless_the_clock_drives_them() -> None:
+    served = calls.CallTime(1_000, "MAXLEN", "50", scripts_follow=False)
+    assert calls.carry(KEYS, served, 10).args[:4] == ["", "MAXLEN", "50", KEYS.prefix]
+    assert calls.carry(KEYS, AT, 10).args[:4] == COMMON  # a fake clock's time, followed
+
+
 def test_builders_flatten_per_job_rows_after_the_common_arguments() -> None:
     call = calls.ack(KEYS, AT, [("t|a", "tok1", ""), ("t|b", "tok2", "200")])
     assert call.args == [*COMMON, 2, "t|a", "tok1", "", "t|b", "tok2", "200"]
@@ -79,8 +85,9 @@ def test_parsers_type_the_replies() -> None:
     assert calls.existing_jobs([0]) == []
     assert calls.existing_jobs([ErrorCode.EXISTS, b"t|a", b"u|b"]) == [("t", "a"), ("u", "b")]
     assert calls.states_before([b"new", b"dead"]) == ["new", "dead"]
-    assert calls.count_and_next([3, -1]) == (3, None)
-    assert calls.count_and_next([0, 42]) == (0, 42)
+    assert calls.count_and_next([3, -1, 40]) == (3, None, 40)
+    assert calls.count_and_next([0, 42, b"40"]) == (0, 42, 40)
+    assert schedule_calls.carried([1, 42, b"40", b"s"]) == (1, 42, 40, ["s"])
     assert calls.error_codes([0, -3]) == [ErrorCode.OK, ErrorCode.STALE_TOKEN]
     assert calls.fail_outcomes([b"dead", -4]) == ["dead", ErrorCode.NOT_LEASED]
     assert calls.total([1, 0, 1]) == 2

@@ -93,10 +93,10 @@ class Carrier(RedelayActor):
         try:
             self._check_memory()
             for _ in range(_ROUNDS_PER_MESSAGE):
-                moved, next_due = self.store.carry(self.batch)
+                swept = self.store.carry_swept(self.batch)
                 self.carries += 1
-                self.carried += moved
-                if moved < self.batch:
+                self.carried += swept.moved
+                if swept.moved < self.batch:
                     break
                 # A backlog: each full batch writes as many audit events, so look again now.
                 self._check_memory(every_ms=0)
@@ -108,7 +108,10 @@ class Carrier(RedelayActor):
             self._sleep_until(self.clock.now_ms() + wait_ms, retry=True)
             return
         self.backoff.redis_ok()
-        self._sleep_until(next_due)
+        # For as long as the server's clock says is left, not until the due time by this
+        # process's clock: one that is off would wake early and find nothing, or oversleep.
+        next_in = swept.next_in_ms
+        self._sleep_until(None if next_in is None else self.clock.now_ms() + max(0, next_in))
 
     def _check_memory(self, every_ms: int = c.REDIS_FULL_CHECK_MS) -> None:
         """At most every ``every_ms``: is Redis full? Then trim the audit streams (the history

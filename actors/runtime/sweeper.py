@@ -66,17 +66,18 @@ class RetrySweeper(RedelayActor):
         next_at = now + self.interval_ms
         try:
             for _ in range(_ROUNDS_PER_MESSAGE):
-                count, next_deadline = self.store.expire(self.batch)
+                swept = self.store.expire_swept(self.batch)
                 self.sweeps += 1
-                self.recovered += count
-                if count < self.batch:
+                self.recovered += swept.moved
+                if swept.moved < self.batch:
                     break
             else:
                 self.actor_ref.tell(Sweep())  # a backlog: come back at once, after other messages
                 return
             self.backoff.redis_ok()
-            if next_deadline is not None:
-                next_at = min(next_at, next_deadline)
+            # Timed by the server's clock (see the carrier): a deadline is judged by it.
+            if swept.next_in_ms is not None:
+                next_at = min(next_at, self.clock.now_ms() + max(0, swept.next_in_ms))
         except redis.RedisError as exc:
             wait_ms = self.backoff.redis_failed(exc, "sweep")
             next_at = now + wait_ms

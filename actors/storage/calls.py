@@ -31,17 +31,27 @@ class ScriptCall:
     args: list[Any]
 
 
+# ARGV[1] that tells a script to read the server's TIME (see _lib.lua).
+SERVER_TIME = ""
+
+
 @dataclass(frozen=True, slots=True)
 class CallTime:
     """What every script call of one store operation shares: the clock read once, and the audit
-    stream's trim (ARGV[1..3]; ARGV[4] is the shard's key prefix, see _lib.lua)."""
+    stream's trim (ARGV[1..3]; ARGV[4] is the shard's key prefix, see _lib.lua).
+
+    ``now_ms`` goes to the scripts only when ``scripts_follow`` (a fake clock's time); otherwise
+    they judge by the server's TIME and ``now_ms`` is the caller's estimate of it, for what
+    Python computes (retention, a schedule's occurrences)."""
 
     now_ms: int
     trim_kind: str
     trim_threshold: str
+    scripts_follow: bool = True
 
     def common(self, keys: ShardKeys) -> list[Any]:
-        return [self.now_ms, self.trim_kind, self.trim_threshold, keys.prefix]
+        now = self.now_ms if self.scripts_follow else SERVER_TIME
+        return [now, self.trim_kind, self.trim_threshold, keys.prefix]
 
 
 def decoded(value: Any) -> str:
@@ -269,10 +279,11 @@ def states_before(reply: Any) -> list[str]:
     return [decoded(x) for x in reply]
 
 
-def count_and_next(reply: Any) -> tuple[int, int | None]:
-    """carry, expire: how many moved, and the next due time or deadline (None: none left)."""
-    count, next_ms = reply[0], reply[1]
-    return int(count), (None if int(next_ms) < 0 else int(next_ms))
+def count_and_next(reply: Any) -> tuple[int, int | None, int]:
+    """carry, expire: how many moved, the next due time or deadline (None: none left), and the
+    time the script judged by (the server's, unless a fake clock drives the scripts)."""
+    count, next_ms, now_ms = reply[0], reply[1], reply[2]
+    return int(count), (None if int(next_ms) < 0 else int(next_ms)), int(now_ms)
 
 
 def lease_batch(topic: str, reply: Any) -> LeaseBatch:

@@ -83,10 +83,11 @@ class ShardPlan:
     def _now(self) -> CallTime:
         """The clock, read once for every shard's call of one operation."""
         now_ms = self.clock.now_ms()
+        follow = self.clock.drives_scripts
         if self.redis_full:  # history goes before jobs: every transition trims it short
-            return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP))
+            return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP), follow)
         kind, threshold = self.retention.args(now_ms)
-        return CallTime(now_ms, kind, threshold)
+        return CallTime(now_ms, kind, threshold, follow)
 
     def _topic_config_blob(self, topic: str) -> bytes:
         config = self.topic_configs.get(topic, self.default_topic_config)

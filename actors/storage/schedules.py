@@ -128,8 +128,9 @@ def scheduled(reply: Any) -> tuple[str, str | None]:
     return outcome, (split_member(pending)[1] if pending else None)
 
 
-def carried(reply: Any) -> tuple[int, int | None, list[str]]:
-    """carry: how many moved, the next due time (None: none left), and the schedules whose
-    stored occurrence times ran low."""
-    count, next_ms, *low = reply
-    return int(count), (None if int(next_ms) < 0 else int(next_ms)), [decoded(n) for n in low]
+def carried(reply: Any) -> tuple[int, int | None, int, list[str]]:
+    """carry: how many moved, the next due time (None: none left), the time the script judged
+    by, and the schedules whose stored occurrence times ran low."""
+    count, next_ms, now_ms, *low = reply
+    next_due = None if int(next_ms) < 0 else int(next_ms)
+    return int(count), next_due, int(now_ms), [decoded(n) for n in low]

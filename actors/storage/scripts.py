@@ -53,8 +53,11 @@ MEMORY_FLAGS: frozenset[str] = frozenset(
 )
 # Prepended to those scripts: a write that uses no memory, so later writes pass the OOM check.
 # ARGV[4] is the shard's key prefix (see _lib.lua), so the key is in the shard's slot; pcall,
-# because during a slot migration it fails and _lib.lua's probe then answers TRYAGAIN.
+# because during a slot migration it fails and _lib.lua's probe then answers TRYAGAIN. Before it,
+# what _lib.lua asks before reading TIME: on a Redis 6.2 set to replicate scripts verbatim
+# (lua-replicate-commands no), only a script that has not written yet may switch to effects.
 _ALLOW_FULL_PROLOGUE = (
+    "if redis.replicate_commands then redis.replicate_commands() end "
     f"redis.pcall('DEL', ARGV[4] .. '{_constants.SLOT_PROBE_KEY}')"
     "  -- runs when Redis is full: see actors/storage/scripts.py\n"
 )

@@ -78,6 +78,7 @@ from actors.values import (
     LeaseBatch,
     NewJob,
     Snapshot,
+    Swept,
     TopicConfig,
     TopicLimits,
     WorkerInfo,
@@ -376,22 +377,31 @@ class Store(ShardPlan):
                 return [str(r) for r in results]
         raise JobExistsError([(jobs[n].topic, jobs[n].id) for n in todo])
 
-    @_cluster_errors
     def carry(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
         """Moves up to ``limit`` due jobs per shard to ready lists.
 
         Returns (moved, next due ms or None).
         """
+        swept = self.carry_swept(limit)
+        return swept.moved, swept.next_ms
+
+    @_cluster_errors
+    def carry_swept(self, limit: int = c.DEFAULT_CARRY_BATCH) -> Swept:
+        """``carry``, with how long until the next due time by the server's clock."""
         validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
         at = self._now()
         replies = self._run({s: calls.carry(k, at, limit) for s, k in enumerate(self.shard_keys)})
-        moved, next_at = 0, None
+        moved, next_at, next_in = 0, None, None
         low: list[str] = []
+        latest_now = None
         for reply in replies.values():
-            count, next_ms, names = schedule_calls.carried(reply)
+            count, next_ms, now_ms, names = schedule_calls.carried(reply)
             moved, low = moved + count, low + names
+            latest_now = now_ms if latest_now is None else max(latest_now, now_ms)
             if next_ms is not None and (next_at is None or next_ms < next_at):
                 next_at = next_ms
+            if next_ms is not None and (next_in is None or next_ms - now_ms < next_in):
+                next_in = next_ms - now_ms
         if low:
             # The carry already made each next occurrence; these lists only ran low. A failure
             # here is retried by the next carry of an occurrence, long before a list runs dry.
@@ -400,29 +410,38 @@ class Store(ShardPlan):
             except redis.RedisError as exc:
                 log.warning("carry: refilling schedules %s failed (%s)", low, exc)
             next_at = self.earliest_due_ms()
-        return moved, next_at
+            # Its shard is not known here: measured from the latest clock of the call, a wait
+            # that may end early (the next carry then finds nothing and measures again), never
+            # late.
+            next_in = None if next_at is None or latest_now is None else next_at - latest_now
+        return Swept(moved, next_at, next_in)
 
-    @_cluster_errors
     def expire(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
         """Recovers up to ``limit`` expired leases per shard.
 
         Returns (count, next deadline ms or None).
         """
+        swept = self.expire_swept(limit)
+        return swept.moved, swept.next_ms
+
+    @_cluster_errors
+    def expire_swept(self, limit: int = c.DEFAULT_CARRY_BATCH) -> Swept:
+        """``expire``, with how long until the next deadline by the server's clock."""
         validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
         return self._sweep(calls.expire, limit)
 
-    def _sweep(
-        self, build: Callable[[ShardKeys, CallTime, int], ScriptCall], limit: int
-    ) -> tuple[int, int | None]:
+    def _sweep(self, build: Callable[[ShardKeys, CallTime, int], ScriptCall], limit: int) -> Swept:
         at = self._now()
         replies = self._run({s: build(k, at, limit) for s, k in enumerate(self.shard_keys)})
-        moved, next_at = 0, None
+        moved, next_at, next_in = 0, None, None
         for reply in replies.values():
-            count, next_ms = calls.count_and_next(reply)
+            count, next_ms, now_ms = calls.count_and_next(reply)
             moved += count
             if next_ms is not None and (next_at is None or next_ms < next_at):
                 next_at = next_ms
-        return moved, next_at
+            if next_ms is not None and (next_in is None or next_ms - now_ms < next_in):
+                next_in = next_ms - now_ms
+        return Swept(moved, next_at, next_in)
 
     def lease(self, topic: str, limit: int, consumer: str = "") -> list[Lease]:
         """Leases up to ``limit`` ready jobs of ``topic``: ``lease_batch`` without the wait."""

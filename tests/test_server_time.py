@@ -1,0 +1,74 @@
+"""Due times and lease deadlines are judged by the Redis server's clock: a store whose clock is a
+minute off either way makes nothing due, expired or deadlined early (issue 51, section 3). The
+scripts read TIME unless the clock drives them (a FakeClock: tests/test_calls.py), on Redis 7
+and on the embedded Redis 6.2, which must replicate such a script by its effects."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from conftest import binary_label, redis_binaries
+
+from actors.clock import SystemClock
+from actors.server.embedded import RedisProcess
+from actors.storage.store import Store
+
+NS = "servertime"
+LEASE_MS = 10_000
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.fixture
+def client(binary_server: RedisProcess) -> redis.Redis:
+    found = binary_server.client()
+    found.flushall()
+    return found
+
+
+def stores(client: redis.Redis, skew_ms: int) -> tuple[Store, Store]:
+    """(a store whose clock is right, one whose clock is ``skew_ms`` off)."""
+    return Store(client, NS, SystemClock()), Store(client, NS, SystemClock(offset_ms=skew_ms))
+
+
+@pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
+@pytest.mark.parametrize("skew_ms", [60_000, -60_000], ids=["ahead", "behind"])
+def test_a_skewed_clock_carries_and_expires_nothing_early(
+    client: redis.Redis, skew_ms: int
+) -> None:
+    honest, skewed = stores(client, skew_ms)
+    honest.add(honest.new_job("t", "later", delay_ms=30_000))
+    honest.add(honest.new_job("t", "now"))
+    assert skewed.carry_swept().moved == 0  # "now" was ready at once; "later" is not due
+    (lease,) = honest.lease("t", 1, "holder")
+    assert honest.extend_many([("t", "now", lease.token, LEASE_MS)])[0] > 0
+    swept = skewed.expire_swept()
+    assert swept.moved == 0
+    assert swept.next_in_ms is not None and LEASE_MS - 1_000 < swept.next_in_ms <= LEASE_MS
+    info = honest.get("t", "later")
+    assert info is not None and info.state == "delayed"
+
+
+@pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
+@pytest.mark.parametrize("skew_ms", [60_000, -60_000], ids=["ahead", "behind"])
+def test_a_skewed_clock_sets_deadlines_and_retries_from_the_servers_time(
+    client: redis.Redis, skew_ms: int
+) -> None:
+    honest, skewed = stores(client, skew_ms)
+    honest.add(honest.new_job("t", "a", lease_ms=LEASE_MS, retry_ms=[5_000]))
+    before = server_ms(client)
+    (lease,) = skewed.lease("t", 1, "skewed")
+    (extended,) = skewed.extend_many([("t", "a", lease.token, LEASE_MS)])
+    after = server_ms(client)
+    for deadline in (lease.deadline_ms, extended):
+        assert before + LEASE_MS <= deadline <= after + LEASE_MS
+    assert honest.expire_swept().moved == 0  # the lease is live by the server's clock
+    assert skewed.fail_many([("t", "a", lease.token, "boom", None)]) == ["delayed"]
+    after = server_ms(client)
+    info = honest.get("t", "a")
+    assert info is not None and info.state == "delayed"
+    assert before + 5_000 <= info.due_ms <= after + 5_000
+    assert skewed.carry_swept().moved == 0

@@ -101,10 +101,12 @@ def build_job(
         raise ValidationError(
             "delay", "give either a delay or a due time, not both", "one of delay and at"
         )
+    relative = None
     if due_ms is not None:
         due = validation.due_ms(due_ms, now_ms, "at")
     else:
-        due = now_ms + validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
+        relative = validation.delay_ms(0 if delay_ms is None else delay_ms, "delay")
+        due = now_ms + relative
     return _checked_job(
         topic,
         job_id,
@@ -113,6 +115,7 @@ def build_job(
         None if retry_ms is None else validation.schedule_ms(retry_ms),
         None if lease_ms is None else validation.lease_ms(lease_ms),
         callback,
+        relative,
     )
 
 
@@ -124,8 +127,10 @@ def _checked_job(
     retry_ms: tuple[int, ...] | None,
     lease_ms: int | None,
     callback: str | None,
+    delay_ms: int | None = None,
 ) -> NewJob:
-    """A job from a checked due time, retry schedule and lease; checks the rest."""
+    """A job from a checked due time, retry schedule and lease; checks the rest. ``delay_ms``:
+    the delay ``due_ms`` was counted from now with, which the scripts count from their own now."""
     if isinstance(job_id, str) and job_id.startswith(c.OCCURRENCE_ID_PREFIX):
         raise ValidationError(
             "id",
@@ -140,6 +145,7 @@ def _checked_job(
         retry_ms=retry_ms,
         lease_ms=lease_ms,
         callback=None if callback is None else validation.callback_url(callback),
+        delay_ms=delay_ms,
     )
 
 
@@ -181,10 +187,13 @@ def _new_job(
     retry_steps_ms = schedule_ms(retry, "retry")
     lease_limit_ms = None if lease is None else lease_ms(lease, "lease")
     if due_at_ms is not None:
-        due = due_at_ms
-    else:
-        due = now_ms + (0 if checked_delay_ms is None else checked_delay_ms)
-    return _checked_job(topic, job_id, body, due, retry_steps_ms, lease_limit_ms, callback)
+        return _checked_job(
+            topic, job_id, body, due_at_ms, retry_steps_ms, lease_limit_ms, callback
+        )
+    delay = 0 if checked_delay_ms is None else checked_delay_ms
+    return _checked_job(
+        topic, job_id, body, now_ms + delay, retry_steps_ms, lease_limit_ms, callback, delay
+    )
 
 
 def new_job_batches(

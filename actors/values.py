@@ -54,6 +54,9 @@ class NewJob:
     lease_ms: int | None = None
     callback: str | None = None
     traceparent: str | None = None  # the W3C context of its producer span (actors.tracing)
+    # Set when the job was given a delay (none: due now) rather than an absolute time: the
+    # scripts then count it from the server's now, and ``due_ms`` is the caller's estimate.
+    delay_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -5,7 +5,8 @@
 -- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] now_ms, trim kind, trim threshold, key prefix (see _lib.lua)
 -- ARGV[5] wake channel   ARGV[6] n
--- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
+-- ARGV[7..] n groups of 4: member, due ("<ms>", or "+<delay ms>" counted from now: _due.lua),
+--          record (msgpack), topic default config (msgpack)
 -- Returns: {0} on success, or {-2, member...} listing members that already exist (nothing written).
 -- Each record is stored with the id of its `added` entry appended (field h, see _lib.lua); the
 -- history index gets no field for the job until its record goes.
@@ -21,6 +22,7 @@
 -- themselves (see docs/benchmarks.md).
 -- @include _lib.lua
 -- @include _delayed.lua
+-- @include _due.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], topics = KEYS[3], counts = KEYS[4], audit = KEYS[5]}
 use_history_index(KEYS[6])
 buffer_history_index()
@@ -38,7 +40,9 @@ for first = 0, n - 1, 1000 do
   for m = 1, #members do
     if found[m] then
       existing[#existing + 1] = members[m]
-      if same_record(found[m], ARGV[7 + (first + m - 1) * 4 + 2]) then resent = resent + 1 end
+      local base = 7 + (first + m - 1) * 4
+      local delayed = string.byte(ARGV[base + 1], 1) == 43  -- "+": sent as a delay
+      if same_sent_record(found[m], ARGV[base + 2], delayed) then resent = resent + 1 end
     end
   end
 end
@@ -52,7 +56,10 @@ local records, delayed, ready_by_topic, counts = {}, {}, {}, {}
 local min_new_due = nil
 for j = 0, n - 1 do
   local base = 7 + j * 4
-  local member, due_ms = ARGV[base], tonumber(ARGV[base + 1])
+  local member = ARGV[base]
+  local due_ms, due_text, delayed_by = sent_due(ARGV[base + 1])
+  local sent = ARGV[base + 2]
+  if delayed_by then sent = record_with_due(sent, due_ms) end
   local topic = split_member(member)
   if not counts[topic] then
     counts[topic] = {ready = 0, delayed = 0}
@@ -66,18 +73,17 @@ for j = 0, n - 1 do
     list[#list + 1] = member
   else
     state = 'delayed'
-    -- The due time as sent: a Lua number would be formatted back to text (%.17g) per job.
-    delayed[#delayed + 1] = {due_ms, ARGV[base + 1], member}
+    -- The due time as text: a Lua number would be formatted back to text (%.17g) per job.
+    delayed[#delayed + 1] = {due_ms, due_text, member}
     if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
   end
   counts[topic][state] = counts[topic][state] + 1
-  -- The due time as sent (ARGV), so Redis need not turn a Lua number back into text. The entry's
-  -- id goes into the record, not the index (record_with_entry in _lib.lua).
-  local entry_id = audit(k.audit, 'added', member, 1, {'due', ARGV[base + 1], 'to', state}, nil,
-                         true)
-  local record = record_with_entry(ARGV[base + 2], entry_id)
+  -- The due time as text, so Redis need not turn a Lua number back into text. The entry's id
+  -- goes into the record, not the index (record_with_entry in _lib.lua).
+  local entry_id = audit(k.audit, 'added', member, 1, {'due', due_text, 'to', state}, nil, true)
+  local record = record_with_entry(sent, entry_id)
   if not record then
-    record = ARGV[base + 2]
+    record = sent
     index_id(member, entry_id)
   end
   records[#records + 1] = member

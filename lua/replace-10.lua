@@ -6,7 +6,8 @@
 -- KEYS[9] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- KEYS[10] history-previous (its previous generation)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] wake channel   ARGV[6] n
--- ARGV[7..] n groups of 4: member, due_ms, record (msgpack), topic default config (msgpack)
+-- ARGV[7..] n groups of 4: member, due ("<ms>", or "+<delay ms>" counted from now: _due.lua),
+--          record (msgpack), topic default config (msgpack)
 -- Returns: a list with, per job, the state it had before ('new' when it did not exist).
 -- A job stored with the very record sent (created ms included) is left as it is, and its state
 -- now is returned: this call is a resend of one that ran and whose reply was lost, and replacing
@@ -18,6 +19,7 @@
 -- @include _lib.lua
 -- @include _place.lua
 -- @include _remove.lua
+-- @include _due.lua
 local k = {jobs = KEYS[1], delayed = KEYS[2], leased = KEYS[3], tokens = KEYS[4], dead = KEYS[5],
            topics = KEYS[6], counts = KEYS[7], audit = KEYS[8]}
 use_history_index(KEYS[9], KEYS[10])
@@ -26,21 +28,23 @@ local n = tonumber(ARGV[6])
 local result = {}
 for j = 0, n - 1 do
   local base = 7 + j * 4
-  local member, due_ms, record = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2]
+  local member, record = ARGV[base], ARGV[base + 2]
+  local due_ms, due_text, delayed_by = sent_due(ARGV[base + 1])
   local topic = split_member(member)
   rcall('HSETNX', k.topics, topic, ARGV[base + 3])
   local stored = rcall('HGET', k.jobs, member)
-  if stored and same_record(stored, record) then
+  if stored and same_sent_record(stored, record, delayed_by) then
     result[#result + 1] = job_state(k, member, stored)
   else
     local was = unlink(k, member, stored)
     if stored then keep_added_entry(member, cmsgpack.unpack(stored)) end
+    if delayed_by then record = record_with_due(record, due_ms) end
     rcall('HSET', k.jobs, member, record)
     local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
     if was then
-      audit(k.audit, 'replaced', member, 1, {'due', due_ms, 'to', state, 'was', was})
+      audit(k.audit, 'replaced', member, 1, {'due', due_text, 'to', state, 'was', was})
     else
-      audit(k.audit, 'added', member, 1, {'due', due_ms, 'to', state})
+      audit(k.audit, 'added', member, 1, {'due', due_text, 'to', state})
     end
     result[#result + 1] = was or 'new'
   end

@@ -23,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from actors import AsyncDelayQueue, DelayQueue, JobExistsError
-from actors.clock import FakeClock
+from actors.clock import FakeClock, SystemClock
 from actors.errors import ErrorCode
 from actors.storage.store import Store
 
@@ -52,6 +52,25 @@ def test_a_client_retry_after_a_lost_reply_returns_new_and_adds_once(
     store = Store(redis_client, "test", fake_clock)
     assert kinds(store, "42") == ["added"]  # the resend wrote no second entry
     assert store.stats()["mail"]["delayed"] == 2
+
+
+def test_a_resent_add_with_a_delay_is_known_though_its_due_time_counts_from_the_servers_now(
+    reply_cut: ReplyCut, redis_client: redis.Redis
+) -> None:
+    # The script counts the delay from its own now, so the resend, later, would find another due
+    # time for the same job: it compares the records with the due time the first call wrote.
+    retrying = redis.Redis.from_url(reply_cut.url, retry=Retry(NoBackoff(), 3))
+    queue = DelayQueue(retrying, "test", producer_only=True)  # the server's clock judges
+    reply_cut.arm_script("add")
+    try:
+        assert queue.add("mail", "42", {"n": 1}, delay=60) == "new"
+    finally:
+        queue.close()
+    assert reply_cut.cuts == 1
+    store = Store(redis_client, "test", SystemClock())
+    assert kinds(store, "42") == ["added"]
+    info = store.get("mail", "42")
+    assert info is not None and info.due_ms == int(store.job_entries("mail", "42")[0][1]["due"])
 
 
 def test_the_async_producer_is_the_same(

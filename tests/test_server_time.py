@@ -72,3 +72,26 @@ def test_a_skewed_clock_sets_deadlines_and_retries_from_the_servers_time(
     assert info is not None and info.state == "delayed"
     assert before + 5_000 <= info.due_ms <= after + 5_000
     assert skewed.carry_swept().moved == 0
+
+
+@pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
+@pytest.mark.parametrize("skew_ms", [60_000, -60_000], ids=["ahead", "behind"])
+def test_a_delay_counts_from_the_servers_now_whatever_the_producers_clock(
+    client: redis.Redis, skew_ms: int
+) -> None:
+    _, skewed = stores(client, skew_ms)
+    before = server_ms(client)
+    skewed.add_many([skewed.new_job("t", f"j{n}", {"n": n}, delay_ms=2_000) for n in range(3)])
+    skewed.add(skewed.new_job("t", "now", {"n": 9}))
+    skewed.add(skewed.new_job("t", "j0", {"n": 0}, delay_ms=5_000), replace=True)
+    after = server_ms(client)
+    dues = []
+    for job_id, delay in (("j0", 5_000), ("j1", 2_000), ("j2", 2_000)):
+        info = skewed.get("t", job_id)
+        assert info is not None and info.state == "delayed", info
+        assert before + delay <= info.due_ms <= after + delay, (job_id, before, info.due_ms)
+        assert info.body == {"n": int(job_id[1])}  # the record around the due time is intact
+        dues.append(info.due_ms)
+    assert skewed.earliest_due_ms() == min(dues)  # the delayed set holds what the record says
+    now = skewed.get("t", "now")
+    assert now is not None and now.state == "ready"

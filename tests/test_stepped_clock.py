@@ -16,6 +16,7 @@ from _processes import WorkerProcess, deliveries
 from _wait import wait_until
 
 from actors import DelayQueue
+from actors.lifecycle import State
 from actors.server.embedded import RedisProcess
 
 STEPPED = "tests.workers.stepped_clock"
@@ -99,3 +100,24 @@ def test_a_worker_whose_clock_jumps_ahead_does_not_expire_a_live_lease(
     events = [e.event for e in producer.history("t", "long")]
     assert "expired" not in events, events
     assert deliveries(redis_client, "stepped") == [("long", 1, holder.pid)]
+
+
+@pytest.mark.parametrize("step_s", [-60, 60], ids=["back", "forward"])
+def test_a_producer_whose_clock_stepped_makes_a_delay_count_from_redis_now(
+    redis_server: RedisProcess, redis_client: redis.Redis, producer: DelayQueue, step_s: int
+) -> None:
+    stepped = WorkerProcess(redis_server.url, "stepped", "--producer-only", module=STEPPED)
+    try:
+        stepped.expect("started")
+        stepped.send(f"step {step_s}")
+        stepped.expect("stepped")
+        before_ms = server_ms(redis_client)
+        stepped.send("add t p 20 2")
+        stepped.expect("added")
+        after_ms = server_ms(redis_client)
+    finally:
+        stepped.kill()
+    for n in range(20):
+        info = producer.get("t", f"p{n}")
+        assert info is not None and info.state == State.DELAYED, info
+        assert before_ms + 2_000 <= info.due_ms <= after_ms + 2_000, (before_ms, info.due_ms)

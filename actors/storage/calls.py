@@ -70,9 +70,14 @@ def add(
     *,
     replace: bool,
 ) -> ScriptCall:
-    """``topic_configs`` holds each topic's packed defaults (the scripts store them if unset)."""
+    """``topic_configs`` holds each topic's packed defaults (the scripts store them if unset).
+
+    A job given a delay is sent as ``+<delay ms>`` when the scripts read the server's clock, so
+    its due time counts from the server's now, not the producer's (lua/_due.lua)."""
     args = [*at.common(keys), keys.wake_channel, len(jobs)]
+    server_time = not at.scripts_follow
     for job in jobs:
+        relative = job.delay_ms if server_time else None
         record = codec.pack(
             job.body,
             job.due_ms,
@@ -81,8 +86,10 @@ def add(
             job.lease_ms,
             job.callback,
             job.traceparent,
+            relative,
         )
-        args += [member(job.topic, job.id), job.due_ms, record, topic_configs[job.topic]]
+        due = job.due_ms if relative is None else f"+{relative}"
+        args += [member(job.topic, job.id), due, record, topic_configs[job.topic]]
     k = keys
     if replace:
         return ScriptCall(

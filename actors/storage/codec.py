@@ -8,7 +8,8 @@ traceback of the last failed attempt (only when it had one; written by Lua), ``p
 traceparent of the add's producer span (only when traced: actors/tracing.py), ``s`` the name of
 the schedule whose occurrence the job is (written by Lua, lua/_arm.lua), ``h`` the id of the
 job's ``added`` audit entry (appended by lua/add-6.lua; the history index gets it when the
-record goes, lua/_lib.lua).
+record goes, lua/_lib.lua), ``w`` the delay ms of a job added with one that the script counted
+from the server's now (lua/_due.lua: a resent add is known by it, as its due time differs).
 Lua edits the same map with its built-in cmsgpack.
 """
 
@@ -42,8 +43,11 @@ def pack(
     lease_ms: int | None = None,
     callback: str | None = None,
     traceparent: str | None = None,
+    delay_ms: int | None = None,
 ) -> bytes:
-    record: dict[str, Any] = {"b": body, "d": due_ms, "a": 0, "n": created_ms}
+    # The due time first: an add whose delay the script counts from the server's now writes the
+    # due time it found over these bytes without unpacking the record (lua/_due.lua).
+    record: dict[str, Any] = {"d": due_ms, "b": body, "a": 0, "n": created_ms}
     if retry_ms is not None:
         record["r"] = list(retry_ms)
     if lease_ms is not None:
@@ -52,6 +56,8 @@ def pack(
         record["c"] = callback
     if traceparent is not None:
         record["p"] = traceparent
+    if delay_ms is not None:
+        record["w"] = delay_ms
     return _packer().pack(record)
 
 

@@ -47,7 +47,9 @@ def problems(text: str | None = None) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "actors":
                 found += [
-                    f"actors has no {a.name}" for a in node.names if a.name not in actors.__all__
+                    f"actors has no {a.name}"
+                    for a in node.names
+                    if a.name not in actors.__all__ and a.name not in SUBMODULES
                 ]
         for name, call, awaited in queue_calls(tree):
             cls = AsyncDelayQueue if awaited else DelayQueue
@@ -59,14 +61,49 @@ def problems(text: str | None = None) -> list[str]:
             for keyword in call.keywords:
                 if keyword.arg not in accepted and keyword.arg != "robust":  # on_commit's
                     found.append(f"{cls.__name__}.{name} takes no {keyword.arg}")
+        found += outbox_problems(tree)
+    return found
+
+
+# Public submodules the examples import by name (``from actors import outbox``).
+SUBMODULES = ("outbox",)
+
+
+def outbox_problems(tree: ast.Module) -> list[str]:
+    """``outbox.add``/``outbox.cancel`` calls: the function exists and takes the keywords."""
+    from actors import outbox
+
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if ast.unparse(node.func.value) != "outbox":
+            continue
+        function = getattr(outbox, node.func.attr, None)
+        if function is None:
+            found.append(f"outbox.{node.func.attr} does not exist")
+            continue
+        accepted = inspect.signature(function).parameters
+        found += [
+            f"outbox.{node.func.attr} takes no {k.arg}"
+            for k in node.keywords
+            if k.arg not in accepted
+        ]
     return found
 
 
 def test_the_page_has_the_three_frameworks_and_a_worker() -> None:
     text = PAGE.read_text()
-    for heading in ("## FastAPI", "## aiohttp", "## Django: add on commit", "## The worker"):
+    headings = (
+        "## FastAPI",
+        "## aiohttp",
+        "## Django: add on commit",
+        "## The worker",
+        "## Transactional enqueue: the outbox",
+    )
+    for heading in headings:
         assert heading in text
-    assert len(trees()) == 5
+    assert len(trees()) == 7
 
 
 def test_what_the_examples_use_of_redelay_exists() -> None:
@@ -76,11 +113,16 @@ def test_what_the_examples_use_of_redelay_exists() -> None:
 
 def test_a_wrong_method_or_keyword_is_noticed() -> None:
     text = PAGE.read_text()
-    broken = text.replace("await queue.cancel(", "await queue.remove(", 1).replace(
-        "delay=PAYMENT_WINDOW_S", "wait=PAYMENT_WINDOW_S", 1
+    broken = (
+        text.replace("await queue.cancel(", "await queue.remove(", 1)
+        .replace("delay=PAYMENT_WINDOW_S", "wait=PAYMENT_WINDOW_S", 1)
+        .replace("await outbox.cancel(", "await outbox.drop(", 1)
+        .replace('delay=15 * 60)\n    return {"id": order.id}', "after=900)\n    return {}", 1)
     )
     assert broken != text
-    assert problems(broken) == [
+    assert sorted(problems(broken)) == [
         "AsyncDelayQueue.add takes no wait",
         "AsyncDelayQueue.remove does not exist",
+        "outbox.add takes no after",
+        "outbox.drop does not exist",
     ]

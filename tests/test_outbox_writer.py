@@ -5,50 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from _outbox_db import DATABASES, async_url, postgres_missing, private_postgres, sqlite_url
+from _outbox_db import async_url, sqlite_url
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from actors import outbox
 from actors.errors import ValidationError
 
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    missing = postgres_missing()
-    if missing is not None:
-        pytest.skip(missing)
-    with private_postgres() as url:
-        yield url
-
-
-@pytest.fixture(params=DATABASES)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty outbox table, in SQLite or PostgreSQL."""
-    url = (
-        sqlite_url(tmp_path)
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        outbox.metadata.drop_all(conn)
-        outbox.create(conn)
-    engine.dispose()
-    yield url
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[sa.Engine]:
-    made = sa.create_engine(db_url)
-    yield made
-    made.dispose()
+# The outbox fixtures (postgres_url, db_url, engine) live with the databases they make.
+pytest_plugins = ["_outbox_fixtures"]
 
 
 def rows(engine: sa.Engine) -> list[dict[str, Any]]:

@@ -106,6 +106,7 @@ COMMAND_MODULES: dict[str, str] = {
     "pause": "topics",
     "resume": "topics",
     "import": "importing",
+    "outbox": "outbox",
 }
 INLINE_COMMANDS = ("demo", "worker")
 # The options before the command that take a value (argparse also accepts their prefixes).
@@ -228,6 +229,12 @@ def _add_worker(sub: Any, common: Parser) -> None:
         default="127.0.0.1",
         metavar="HOST",
         help="the address --metrics-port binds (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--outbox-db",
+        metavar="URL",
+        help="also relay the transactional outbox of this database (a SQLAlchemy URL; the "
+        "outbox extra) into the queue's Redis",
     )
     p.set_defaults(run=_run_worker)
 

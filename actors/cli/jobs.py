@@ -11,6 +11,7 @@ from typing import Any
 from actors import _constants as c
 from actors import _validation as validation
 from actors.cli.context import Context
+from actors.cli.outbox import add_db_option, db_url, outbox_status, status_line
 from actors.cli.output import (
     STATES,
     CliError,
@@ -74,6 +75,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_get)
 
     p = sub.add_parser("stats", parents=[common], help="jobs per topic and state")
+    add_db_option(p, required=False)
     p.set_defaults(run=run_stats)
 
 
@@ -211,6 +213,8 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     next_due_ms = store.earliest_due_ms()
     audit_entries = store.audit_length()
     memory = store.memory()
+    # The outbox's backlog: the rows the relay has yet to move, and how late the oldest is.
+    outbox = None if db_url(args) is None else outbox_status(str(db_url(args)))
     used = ctx.namespace_used(counts, audit_entries)
     # A typo in --namespace would otherwise look like an idle queue: say so. The exit stays 0
     # (docs/cli.md): a new deployment's monitoring polls stats before the first job too.
@@ -230,6 +234,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
                 "audit_entries": audit_entries,
                 "redis": memory,
             }
+            | ({} if outbox is None else {"outbox": outbox})
         )
         return Exit.OK
     rows = [
@@ -241,6 +246,8 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     now_ms = store.clock.now_ms()
     due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
     print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")
+    if outbox is not None:
+        print(status_line(outbox))
     if memory["full"]:
         print(
             f"Redis is full: used_memory {memory['used_memory']}, maxmemory "

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 from actors._signals import SignalFlag
 from actors.cli.context import Context
 from actors.cli.metrics import INSTALL_HINT
+from actors.cli.outbox import INSTALL_HINT as OUTBOX_INSTALL_HINT
 from actors.cli.output import Exit, print_json_line, usage_error
 from actors.queue import DelayQueue
 
 if TYPE_CHECKING:
     from actors.metrics import MetricsServer
+    from actors.outbox.actor import RelayHandle
 
 log = logging.getLogger("redelay.worker")
 
@@ -87,6 +89,7 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     queue = load_queue(args.target)
     metrics = None if args.metrics_port is None else serve_metrics(queue, args)
     queue.start(gc_freeze=args.gc_freeze)
+    relay = None if args.outbox_db is None else start_outbox_relay(queue, args.outbox_db)
     log.info("worker started (pid %d, %s); stop with SIGTERM or Ctrl-C", os.getpid(), args.target)
     # With --json the worker prints a stream of events, one compact document per line; the last
     # one says how it ended (with the error fields when it failed), so nothing follows it.
@@ -103,6 +106,8 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     signals.wait()  # polls: see actors._signals
     name = signal.Signals(signals.received[0]).name
     log.info("%s: stopping, running handlers get %.1fs", name, args.grace)
+    if relay is not None:
+        relay.stop()  # before the queue: a pass under way finishes its writes to Redis
     report = queue.stop(grace=args.grace)
     if metrics is not None:
         metrics.close()
@@ -120,6 +125,25 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         print_json_line(stopped)
     return code
+
+
+def start_outbox_relay(queue: DelayQueue, url: str) -> RelayHandle:
+    """The outbox relay actor (actors/outbox/actor.py), once the queue runs."""
+    try:
+        import sqlalchemy as sa
+
+        from actors.outbox.actor import start_relay
+    except ModuleNotFoundError:
+        queue.stop()
+        raise usage_error(f"worker: --outbox-db {OUTBOX_INSTALL_HINT}") from None
+    try:
+        engine = sa.create_engine(url)
+    except Exception as exc:  # an unknown dialect or driver: the URL is the user's to fix
+        queue.stop()
+        raise usage_error(f"worker: --outbox-db: {exc}") from None
+    handle = start_relay(queue.store, engine)
+    log.info("relaying the outbox of %s", engine.url.render_as_string(hide_password=True))
+    return handle
 
 
 def serve_metrics(queue: DelayQueue, args: argparse.Namespace) -> MetricsServer:

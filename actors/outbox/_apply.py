@@ -1,0 +1,118 @@
+"""Applies outbox rows to Redis so that applying a row twice does what applying it once did.
+
+Each row's write has a token (unique per write). Redis keeps, per job, the token of the write
+applied last: the *marker*, set in the same MULTI/EXEC transaction as the job's add or cancel,
+so the two are in Redis together or not at all. A relay that dies after that transaction but
+before deleting the row leaves the row for the next pass, which finds the marker and only deletes
+the row: no second job, even if the first already ran and was acked.
+
+Per shard, one round trip reads the markers (and, for rows that keep an existing job, whether
+it exists), and one MULTI/EXEC applies the rest: every add in one call of the replace script
+(for a job that does not exist it is the add script's add), each cancel in a call of its own, and
+every marker. The script sources go as EVAL, not EVALSHA: in a transaction a NOSCRIPT error
+(a restarted Redis) could not be retried without the markers having been set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from actors.outbox._rows import OutboxRow
+from actors.storage import calls
+from actors.storage.calls import ScriptCall
+from actors.storage.keys import member
+from actors.storage.scripts import raise_if_full, sources
+from actors.storage.store import Store
+
+# A marker outlives any row it guards: a row not relayed within this long (a relay down for a
+# week) and found applied could be applied a second time.
+MARKER_TTL_MS = 7 * 86_400_000
+_MARKER = "outbox:"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one pass did in Redis: rows applied now, rows found applied before (their relay
+    died before deleting them), adds that left an existing job as it was."""
+
+    applied: int
+    already: int
+    kept: int
+    redis_now_ms: int
+
+
+def apply_rows(store: Store, rows: Sequence[OutboxRow]) -> Applied:
+    """Applies ``rows`` (distinct jobs) to ``store``'s Redis; raises, changing nothing for the
+    shard whose transaction failed, when Redis refuses or cannot be reached."""
+    at = store._now()  # one clock read: due times count from Redis's time now
+    by_shard: dict[int, list[OutboxRow]] = defaultdict(list)
+    for row in rows:
+        by_shard[store._shard_of(row.topic, row.job_id)].append(row)
+    applied = already = kept = 0
+    for shard, shard_rows in by_shard.items():
+        counts = _apply_shard(store, shard, at, shard_rows)
+        applied, already, kept = applied + counts[0], already + counts[1], kept + counts[2]
+    return Applied(applied, already, kept, at.now_ms)
+
+
+def _node(store: Store, key: str) -> redis.Redis:
+    client: Any = store.client
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        return client.get_redis_connection(node)
+    return client  # type: ignore[no-any-return]
+
+
+def _apply_shard(
+    store: Store, shard: int, at: calls.CallTime, rows: list[OutboxRow]
+) -> tuple[int, int, int]:
+    keys = store.shard_keys[shard]
+    members = [member(row.topic, row.job_id) for row in rows]
+    markers = [keys.prefix + _MARKER + m for m in members]
+    node = _node(store, keys.jobs)
+    keeping = [n for n, row in enumerate(rows) if row.op == "add"]
+    check = node.pipeline(transaction=False)
+    check.mget(markers)
+    if keeping:
+        check.hmget(keys.jobs, [members[n] for n in keeping])
+    replies = check.execute()
+    marked = [None if v is None else v.decode() for v in replies[0]]
+    existing = {n for n, found in zip(keeping, replies[1] if keeping else [], strict=True) if found}
+    todo = [n for n, row in enumerate(rows) if marked[n] != row.token]
+    if not todo:
+        return 0, len(rows), 0
+    adds = [n for n in todo if rows[n].op != "cancel" and n not in existing]
+    cancels = [n for n in todo if rows[n].op == "cancel"]
+    script_calls: list[ScriptCall] = []
+    if adds:
+        jobs = [rows[n].job(at.now_ms) for n in adds]
+        blobs = {job.topic: store._topic_config_blob(job.topic) for job in jobs}
+        script_calls.append(calls.add(keys, at, jobs, blobs, replace=True))
+    script_calls += [calls.cancel(keys, at, members[n]) for n in cancels]
+    source = sources()
+    tx = node.pipeline(transaction=True)
+    for call in script_calls:
+        tx.execute_command("EVAL", source[call.name][1], len(call.keys), *call.keys, *call.args)  # type: ignore[no-untyped-call]
+    for n in todo:
+        tx.set(markers[n], rows[n].token, px=MARKER_TTL_MS)
+    try:
+        results = tx.execute(raise_on_error=False)
+    except redis.ResponseError as exc:  # EXECABORT: nothing ran (a full Redis refuses SET)
+        raise_if_full("outbox relay", exc)
+        raise
+    failed = next((r for r in results if isinstance(r, Exception)), None)
+    if failed is not None:
+        # A script refused (it wrote nothing) while its markers were set: take them back, so
+        # the rows are applied again on the next pass rather than found applied.
+        with contextlib.suppress(redis.RedisError):
+            node.delete(*[markers[n] for n in todo])
+        raise_if_full("outbox relay", failed)
+        raise failed
+    return len(todo), len(rows) - len(todo), len(set(todo) & existing)

@@ -1,0 +1,117 @@
+"""``redelay outbox relay|status``, ``redelay stats --db`` and ``redelay worker --outbox-db``, run
+as processes against a private Redis and an outbox in SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from _outbox_db import sqlite_url
+from _wait import WAIT_S
+from sqlalchemy.orm import Session
+
+from actors import outbox
+from simulations.local_redis import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "outbox-cli"
+
+
+def env() -> dict[str, str]:
+    made = dict(os.environ)
+    made["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), made.get("PYTHONPATH")]))
+    made.pop("REDELAY_OUTBOX_DB", None)
+    return made
+
+
+def redelay(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "actors.cli", *args]
+    return subprocess.run(command, env=env(), cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = sqlite_url(tmp_path)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        outbox.create(conn)
+    with Session(engine) as session, session.begin():
+        for n in range(3):
+            outbox.add(session, "orders", f"o-{n}", delay=60)
+    engine.dispose()
+    return url
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_status_relay_and_stats_report_the_outbox(db: str, redis_server: Any) -> None:
+    where = ["--redis", redis_server.url, "--namespace", NS]
+    assert as_json(redelay("outbox", "status", "--db", db, "--json", *where))["depth"] == 3
+    stats = as_json(redelay("stats", "--db", db, "--json", *where))
+    assert stats["outbox"]["depth"] == 3 and stats["outbox"]["oldest_ms"] >= 0
+    report = as_json(redelay("outbox", "relay", "--once", "--db", db, "--json", *where))
+    assert (report["applied"], report["deleted"], report["listening"]) == (3, 3, False)
+    assert as_json(redelay("outbox", "status", "--db", db, "--json", *where)) == {
+        "depth": 0,
+        "oldest_ms": None,
+    }
+    stats = as_json(redelay("stats", "--db", db, "--json", *where))
+    assert stats["totals"]["delayed"] == 3
+    text = redelay("stats", "--db", db, *where)
+    assert "outbox: 0 rows" in text.stdout
+
+
+def test_relay_without_a_database_is_a_usage_error(redis_server: Any) -> None:
+    result = redelay("outbox", "relay", "--once", "--redis", redis_server.url, "--json")
+    assert result.returncode == 2
+    assert "--db" in json.loads(result.stdout)["message"]
+
+
+WORKER = """
+from actors import DelayQueue, Job
+
+queue = DelayQueue({url!r}, namespace={ns!r})
+
+
+@queue.handler("orders")
+def handle(job: Job) -> None:
+    pass
+"""
+
+
+def test_the_worker_relays_its_outbox(db: str, redis_server: Any, tmp_path: Path) -> None:
+    (tmp_path / "shopworker.py").write_text(WORKER.format(url=redis_server.url, ns=NS))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "worker", "shopworker:queue", "--outbox-db", db],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    client = redis_server.client()
+    try:
+        where = ["--redis", redis_server.url, "--namespace", NS]
+
+        def relayed() -> bool:
+            found = as_json(redelay("outbox", "status", "--db", db, "--json", *where))
+            return bool(found["depth"] == 0)
+
+        wait_until(relayed, WAIT_S, "the worker's relay to drain the outbox")
+        assert as_json(redelay("stats", "--json", *where))["totals"]["delayed"] == 3
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=WAIT_S)
+        client.close()
+    assert worker.returncode == 0, stderr
+    assert "relaying the outbox" in stderr

@@ -783,6 +783,73 @@ def test_worker_takes_a_lowercase_log_level(cli: Cli, tmp_path: Path) -> None:
     assert worker.returncode == 0, err
 
 
+REGISTER_MODULE = """
+from pathlib import Path
+
+DONE = Path({done!r})
+
+def register(queue):
+    @queue.handler("mail.send")
+    def send(job):
+        DONE.write_text(job.id)
+
+def broken(queue):
+    raise RuntimeError("no config")
+
+def two(queue, settings):
+    pass
+"""
+
+
+def test_worker_takes_the_register_function_simulate_takes(cli: Cli, tmp_path: Path) -> None:
+    """The same MODULE:ATTR as simulate --app: the worker gives it a queue on --redis and
+    --namespace."""
+    (tmp_path / "tasks.py").write_text(REGISTER_MODULE.format(done=str(tmp_path / "done")))
+    where = ("--redis", cli.url, "--namespace", NS)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "worker", "tasks:register", "--json", *where],
+        cwd=tmp_path,
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        cli("add", "mail.send", "m1")
+        wait_for(lambda: (tmp_path / "done").exists(), "the handler to run")
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    assert json.loads(out.splitlines()[0])["target"] == "tasks:register"
+    assert cli.json("history", "mail.send", "m1")[-1]["event"] == "acked"
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("tasks:broken", "worker: calling tasks:broken failed: RuntimeError('no config')"),
+        ("tasks:two", "worker: tasks:two takes 2 arguments"),
+    ],
+)
+def test_worker_with_a_function_it_cannot_use_is_one_clear_error(
+    cli: Cli, tmp_path: Path, target: str, message: str
+) -> None:
+    (tmp_path / "tasks.py").write_text(REGISTER_MODULE.format(done=str(tmp_path / "done")))
+    result = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "worker", target, "--json", "--redis", cli.url],
+        cwd=tmp_path,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    error = json.loads(result.stdout)  # one JSON document, nothing else
+    assert error["error"] == "usage" and error["message"].startswith(message), error
+
+
 IDLE_MODULE = """
 from actors import DelayQueue
 

@@ -197,9 +197,13 @@ def _add_worker(sub: Any, common: Parser) -> None:
         help="run the handlers of a DelayQueue until SIGTERM or SIGINT",
         description="Imports MODULE, takes its DelayQueue QUEUE (an attribute, or a function "
         "returning one), starts it, and stops it gracefully on SIGTERM or SIGINT. The queue's own "
-        "redis/namespace settings apply; --redis and --namespace are not used.",
+        "redis/namespace settings apply; --redis and --namespace are not used. QUEUE may also be "
+        "a function register(queue), as simulate --app takes: it is given a queue on --redis, "
+        "--namespace and --data-dir.",
     )
-    p.add_argument("target", metavar="MODULE:QUEUE", help="e.g. myapp.tasks:queue")
+    p.add_argument(
+        "target", metavar="MODULE:QUEUE", help="e.g. myapp.tasks:queue or myapp.tasks:register"
+    )
     p.add_argument(
         "--grace", type=float, default=20.0, help="seconds running handlers get at stop (20)"
     )

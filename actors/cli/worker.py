@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import logging
 import math
 import os
@@ -14,7 +15,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from actors._signals import SignalFlag
-from actors.cli.context import Context
+from actors.cli.context import Context, data_dir, namespace, redis_url
 from actors.cli.metrics import INSTALL_HINT
 from actors.cli.outbox import INSTALL_HINT as OUTBOX_INSTALL_HINT
 from actors.cli.output import Exit, print_json_line, usage_error
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("redelay.worker")
 
 
-def load_queue(target: str) -> DelayQueue:
-    """``package.module:attr`` (``attr`` may be dotted, or a function returning a queue)."""
+def load_queue(target: str, args: argparse.Namespace | None = None) -> DelayQueue:
+    """``package.module:attr``: a DelayQueue, a function returning one, or a function
+    ``register(queue)`` (as ``redelay simulate --app`` takes) given a queue on ``args``'s --redis,
+    --namespace and --data-dir. ``attr`` may be dotted."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise usage_error(f"worker: {target!r} is not MODULE:QUEUE (e.g. myapp.tasks:queue)")
@@ -52,7 +55,7 @@ def load_queue(target: str) -> DelayQueue:
         except AttributeError:
             raise usage_error(f"worker: module {module_name!r} has no {attr!r}") from None
     if not isinstance(obj, DelayQueue) and callable(obj):
-        obj = obj()
+        obj = _called(obj, target, args)
     if not isinstance(obj, DelayQueue):
         raise usage_error(f"worker: {target} is a {type(obj).__name__}, not a DelayQueue")
     # A worker without handlers would run, carry jobs to ready, and never handle one.
@@ -63,6 +66,35 @@ def load_queue(target: str) -> DelayQueue:
             "in the module (or in one it imports) before the worker starts"
         )
     return obj
+
+
+def _called(fn: Any, target: str, args: argparse.Namespace | None) -> Any:
+    """What the target function gives: its return value, or the queue it registered on."""
+    try:
+        required = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as a factory
+        required = []
+    if len(required) > 1:
+        raise usage_error(
+            f"worker: {target} takes {len(required)} arguments; give a DelayQueue, a function "
+            "returning one, or a function register(queue)"
+        )
+    queue = None
+    if required:
+        given = argparse.Namespace() if args is None else args
+        queue = DelayQueue(redis_url(given), namespace(given), data_dir=data_dir(given))
+    try:
+        returned = fn() if queue is None else fn(queue)
+    except Exception as exc:
+        traceback.print_exc()  # the user's function raised: its traceback is what helps
+        if queue is not None:
+            queue.close()
+        raise usage_error(f"worker: calling {target} failed: {exc!r}") from None
+    return returned if queue is None else queue
 
 
 def run_worker(ctx: Context, args: argparse.Namespace) -> int:
@@ -86,7 +118,7 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     # Installed before the import, so a signal during a slow start still stops gracefully.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    queue = load_queue(args.target)
+    queue = load_queue(args.target, args)
     metrics = None if args.metrics_port is None else serve_metrics(queue, args)
     queue.start(gc_freeze=args.gc_freeze)
     relay = None if args.outbox_db is None else start_outbox_relay(queue, args.outbox_db)

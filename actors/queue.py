@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -193,6 +194,14 @@ class DelayQueue:
                     self._clock = RedisSyncedClock(client)  # type: ignore[arg-type]
         return self._clock
 
+    def _unconnected_now_ms(self) -> int:
+        """The time to check jobs at before the first connection: the given clock's, or this
+        machine's (the server's clock is not known yet). The jobs are built again, at the
+        store's clock, once connected, so a due time is never taken from this reading."""
+        if self._clock is not None:
+            return self._clock.now_ms()
+        return round(time.time() * 1000)
+
     @property
     def store(self) -> Store:
         """The namespace's Store (on first use checks or records its shard count)."""
@@ -234,17 +243,16 @@ class DelayQueue:
         (``replace=True`` is the same), ``"keep"`` leaves it as it is (deduplication). Returns
         "new" when the job did not exist, else the state it had (replace) or has (keep)."""
         mode = validation.if_exists(if_exists, replace)
-        job = producing.new_job(
-            self.clock.now_ms(),
-            topic,
-            job_id,
-            body,
-            delay=delay,
-            at=at,
-            retry=retry,
-            lease=lease,
-            callback=callback,
-        )
+        arguments: dict[str, Any] = {
+            "delay": delay,
+            "at": at,
+            "retry": retry,
+            "lease": lease,
+            "callback": callback,
+        }
+        if self._store is None:  # a bad job raises before the first connection is tried
+            producing.new_job(self._unconnected_now_ms(), topic, job_id, body, **arguments)
+        job = producing.new_job(self.clock.now_ms(), topic, job_id, body, **arguments)
         if self._tracing.tracer is None:
             before = self.store.add(job, if_exists=mode)
         else:
@@ -264,6 +272,9 @@ class DelayQueue:
         the existing ones are left and the others added). Each mapping takes add()'s arguments
         by name: topic, id, body, delay, at, retry, lease, callback."""
         mode = validation.if_exists(if_exists, replace)
+        if self._store is None:  # a bad job raises before the first connection is tried
+            jobs = list(jobs) if isinstance(jobs, Iterable) else jobs  # an iterator reads once
+            producing.new_jobs(self._unconnected_now_ms(), jobs)
         built = producing.new_jobs(self.clock.now_ms(), jobs)
         # Traced: one producer span per job (see actors.tracing).
         with self._tracing.sending(built) as traced:
@@ -363,9 +374,13 @@ class DelayQueue:
 
     def cancel(self, topic: str, job_id: str) -> bool:
         """True when the job existed. A leased job is marked: its current run ends it."""
+        validation.topic(topic)  # before the first connection
+        validation.job_id(job_id)
         return self.store.cancel(topic, job_id) != "missing"
 
     def get(self, topic: str, job_id: str) -> JobInfo | None:
+        validation.topic(topic)  # before the first connection
+        validation.job_id(job_id)
         return self.store.get(topic, job_id)
 
     def history(self, topic: str, job_id: str) -> list[AuditEvent]:

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -261,6 +262,50 @@ def test_a_body_too_deep_for_a_job_names_the_limit(cli: Cli) -> None:
     assert result["message"].startswith("body: is nested too deeply (limit: 254 levels"), result
     ok = cli.json("add", "t", "2", "--body", "[" * 254 + "]" * 254)
     assert ok["state"] == "ready"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["add", "t", "x", "--delay", "abc"],
+        ["add", "t", "x", "--body", "{bad"],
+        ["add", "bad topic", "x"],
+        ["add", "t", "x", "--lease", "0"],
+        ["add", "t", "x", "--at", "2099-01-01T00:00:00Z"],
+        ["cancel", "t", "a|b"],
+        ["get", "a{b}", "x"],
+        ["stats", "--namespace", "a b"],
+    ],
+)
+def test_bad_input_exits_2_with_redis_down_as_with_redis_up(cli: Cli, args: list[str]) -> None:
+    """Exit 3 says "try again later": bad input must never say it."""
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    down = run(*args, "--redis", dead, "--json")
+    up = run(*args, "--redis", cli.url, "--json")
+    assert (down.returncode, up.returncode) == (2, 2), (down.stderr, up.stderr)
+    assert json.loads(down.stdout)["message"] == json.loads(up.stdout)["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "arguments"),
+    [
+        (["--delay", "-5"], {"delay": -5}),
+        (["--delay", "11000d"], {"delay": 11000 * 86400}),
+        (["--lease", "0"], {"lease": 0}),
+        (["--lease", "2d"], {"lease": 2 * 86400}),
+        (["--retry", "1s,11000d"], {"retry": [1, 11000 * 86400]}),
+    ],
+)
+def test_duration_errors_speak_seconds_as_the_api_does(
+    cli: Cli, args: list[str], arguments: dict[str, Any]
+) -> None:
+    with pytest.raises(actors.ValidationError) as api:
+        actors.DelayQueue(cli.url, NS, producer_only=True).add("t", "x", **arguments)
+    result = cli.json("add", "t", "x", *args, code=2)
+    assert result["message"] == str(api.value)
+    assert "000 ms" not in result["message"], result  # no count of milliseconds
 
 
 def test_invalid_names_are_refused_with_the_validation_message(cli: Cli) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import pytest
 import redis
@@ -82,3 +83,25 @@ def test_the_async_constructor_checks_its_arguments_without_io(dead_url: str) ->
     with pytest.raises(ValidationError) as bad:
         AsyncDelayQueue(dead_url, default_retry=["soon"])  # type: ignore[list-item]
     assert bad.value.field == "default_retry[0]"
+
+
+def test_bad_input_is_refused_before_the_first_connection(dead_url: str) -> None:
+    """A ValidationError, not a ConnectionError, whether Redis is up or not: a caller that
+    retries on connection errors would retry bad input forever."""
+    queue = DelayQueue(dead_url, namespace="shop", producer_only=True)
+    calls: list[tuple[str, Any]] = [
+        ("topic", lambda: queue.add("bad topic", "x")),
+        ("delay", lambda: queue.add("t", "x", delay=-5)),
+        ("body.n", lambda: queue.add("t", "x", {"n": float("nan")})),
+        ("jobs[1]", lambda: queue.add_many([{"topic": "t", "id": "a"}, {"topic": "t"}])),
+        ("jobs[0].lease", lambda: queue.add_many(iter([{"topic": "t", "id": "a", "lease": 0}]))),
+        ("topic", lambda: queue.cancel("a|b", "x")),
+        ("id", lambda: queue.get("t", "x y")),
+    ]
+    for field, call in calls:
+        with pytest.raises(ValidationError) as bad:
+            call()
+        assert bad.value.field == field, bad.value
+    with pytest.raises(redis.ConnectionError):  # good input still tries, and fails
+        queue.add_many(iter([{"topic": "t", "id": "a"}]))
+    queue.close()

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from actors import _validation as validation
 from actors.cli.output import CliError, Exit, command_line
 from actors.errors import ConfigError, RedisServerNotFound
 
@@ -107,10 +108,11 @@ class Context:
             from actors.storage.namespace_config import stored_shards
             from actors.storage.store import open_store
 
+            # A bad name exits 2 before connecting, with Redis down too.
+            name = validation.namespace(namespace(self.args))
             client = self.client()
             # Jobs are due on the Redis server's clock, whatever this machine's clock says.
             self._clock = RedisSyncedClock(client, refresh_ms=3_600_000)  # type: ignore[arg-type]
-            name = namespace(self.args)
             self._recorded = stored_shards(client, name) is not None
             # Read, never record: inspecting a namespace must not create its configuration. The
             # recorded retention is used, or a CLI write would trim away the workers' history.

@@ -167,23 +167,26 @@ def _json_fallback(number: int, line: bytes) -> Any:
 
 
 def _built(store: Store, spec: Mapping[str, Any]) -> NewJob:
+    """The line's job, checked as the API's add checks it (errors in seconds)."""
+    from actors import producing  # imports the store's values: only when a file is imported
+
     now_ms = store.clock.now_ms()
-    delay, at = spec.get("delay"), spec.get("at")
+    delay, at, lease = spec.get("delay"), spec.get("at"), spec.get("lease")
+    retry = spec.get("retry")
     if delay is not None and at is not None:
         raise ValidationError("delay", "give either delay or at, not both")
-    due_ms = None
+    at_s = None
     if at is not None:
-        at_ms = parse_time_ms(at, now_ms, "at") if isinstance(at, str) else _number(at, "at") * 1000
-        due_ms = validation.due_at_s(at_ms / 1000, now_ms, "at")
-    retry = spec.get("retry")
-    return store.new_job(
+        at_s = parse_time_ms(at, now_ms, "at") / 1000 if isinstance(at, str) else _number(at, "at")
+    return producing.new_job(
+        now_ms,
         spec["topic"],
         spec["id"],
         spec.get("body"),
-        delay_ms=None if delay is None else _seconds(delay, "delay") * 1000,
-        due_ms=due_ms,
-        retry_ms=None if retry is None else [s * 1000 for s in _schedule_s(retry)],
-        lease_ms=None if spec.get("lease") is None else _seconds(spec["lease"], "lease") * 1000,
+        delay=None if delay is None else _seconds(delay, "delay"),
+        at=at_s,
+        retry=None if retry is None else _schedule_s(retry),
+        lease=None if lease is None else _seconds(lease, "lease"),
         callback=spec.get("callback"),
     )
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors import _constants as c
 from actors import _validation as validation
@@ -29,6 +30,9 @@ from actors.cli.output import (
 )
 from actors.errors import JobExistsError
 from actors.lifecycle import State
+
+if TYPE_CHECKING:  # the parser is built without redis-py (tests/test_cli_imports.py)
+    from actors.values import NewJob
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -116,27 +120,34 @@ def _utf8(source: str, data: bytes) -> str:
         ) from None
 
 
-def _due_at_ms(text: str, now_ms: int) -> int:
-    """--at as the API reads ``at``: a past time means now, the same limits and messages."""
-    return validation.due_at_s(parse_time_ms(text, now_ms, "at") / 1000, now_ms, "at")
+def _new_job(args: argparse.Namespace, body: Any, now_ms: int) -> NewJob:
+    """add's job at ``now_ms``, checked as the API's add checks it: the same limits, and errors
+    in seconds; --at reads as ``at`` does (a past time means now)."""
+    from actors import producing  # imports the store's values: only when a job is added
 
-
-def run_add(ctx: Context, args: argparse.Namespace) -> int:
-    store = ctx.store()
-    now_ms = store.clock.now_ms()
-    body = read_body(args.body)
-    job = store.new_job(
+    return producing.new_job(
+        now_ms,
         args.topic,
         args.id,
         body,
-        delay_ms=None if args.delay is None else parse_duration_s(args.delay, "delay") * 1000,
-        due_ms=None if args.at is None else _due_at_ms(args.at, now_ms),
-        retry_ms=None if args.retry is None else [s * 1000 for s in parse_schedule_s(args.retry)],
-        lease_ms=None if args.lease is None else parse_duration_s(args.lease, "lease") * 1000,
+        delay=None if args.delay is None else parse_duration_s(args.delay, "delay"),
+        at=None if args.at is None else parse_time_ms(args.at, now_ms, "at") / 1000,
+        retry=None if args.retry is None else parse_schedule_s(args.retry),
+        lease=None if args.lease is None else parse_duration_s(args.lease, "lease"),
         callback=args.callback,
     )
+
+
+def run_add(ctx: Context, args: argparse.Namespace) -> int:
+    body = read_body(args.body)
+    mode = validation.if_exists(args.if_exists, args.replace)
+    # Checked before connecting, so bad input exits 2 whether Redis is up or not (a script must
+    # not retry it as an outage); built again below at Redis's time, which due times use.
+    _new_job(args, body, round(time.time() * 1000))
+    store = ctx.store()
+    now_ms = store.clock.now_ms()
+    job = _new_job(args, body, now_ms)
     try:
-        mode = validation.if_exists(args.if_exists, args.replace)
         before = store.add(job, if_exists=mode)
     except JobExistsError:
         raise CliError(
@@ -169,7 +180,14 @@ def run_add(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def _job_named(args: argparse.Namespace) -> None:
+    """TOPIC and ID checked before connecting (exit 2 with Redis down too)."""
+    validation.topic(args.topic)
+    validation.job_id(args.id)
+
+
 def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
+    _job_named(args)
     result = ctx.store().cancel(args.topic, args.id)
     if result == "missing":  # the error is the one document --json prints
         raise CliError(
@@ -188,6 +206,7 @@ def run_cancel(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def run_get(ctx: Context, args: argparse.Namespace) -> int:
+    _job_named(args)
     store = ctx.store()
     info = store.get(args.topic, args.id)
     if info is None:

@@ -140,10 +140,10 @@ SEED ?= 1
 .PHONY: soak
 
 simulate: $(STAMP)
-	$(BIN)/python -m simulations.deterministic --seed $(SEED) --ci
-	$(BIN)/python -m simulations.chaos --seed $(SEED) --duration 40
+	$(BIN)/python -m simulations.crash.deterministic --seed $(SEED) --ci
+	$(BIN)/python -m simulations.crash.chaos --seed $(SEED) --duration 40
 
 # The long mode: 48 simulated hours, then ten minutes of process chaos.
 soak: $(STAMP)
-	$(BIN)/python -m simulations.deterministic --seed $(SEED) --soak
-	$(BIN)/python -m simulations.chaos --seed $(SEED) --duration 600
+	$(BIN)/python -m simulations.crash.deterministic --seed $(SEED) --soak
+	$(BIN)/python -m simulations.crash.chaos --seed $(SEED) --duration 600

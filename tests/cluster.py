@@ -19,13 +19,13 @@ from _wait import wait_until
 
 from actors.errors import ConfigError
 from actors.storage.topology import check_cluster_support
-from simulations.local_redis import LocalCluster, LocalSentinel
+from simulations.crash.local_redis import LocalCluster, LocalSentinel
 
 # A failover and the old master's return, on a loaded 2-core machine: quiet, a Sentinel
 # failover takes about 4 s and the sentinels take 10 to 20 s to turn the restarted master into
 # a replica (they wait 8 s after it reports its role, and look at replicas every 10 s).
 FAILOVER_S = 90.0
-# Sentinel's down-after-milliseconds (simulations.local_redis uses 1 s). With 1 s, a sentinel
+# Sentinel's down-after-milliseconds (simulations.crash.local_redis uses 1 s). With 1 s, a sentinel
 # that had just switched to the promoted replica sometimes missed its first PING reply on a
 # busy machine, marked it down, and failed over again, to the restarted, empty old master:
 # every job was lost and the old master never became a replica.

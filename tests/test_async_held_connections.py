@@ -9,7 +9,6 @@ Each test drives its coroutines with asyncio.run, as tests/test_async_queue.py d
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,7 +23,6 @@ from actors import AsyncDelayQueue
 from actors.server.embedded import RedisProcess
 from actors.storage.async_batch import AsyncScriptBatch
 from actors.storage.async_held_connections import AsyncHeldConnections, async_holdable
-from simulations import call_overhead
 
 T = TypeVar("T")
 
@@ -210,16 +208,6 @@ def test_scripts_the_server_forgot_are_loaded_again_on_the_held_connection(
     added, in_use_count, available = run(scenario)
     assert added == ["new"] * 4
     assert (in_use_count, available) == (1, 0)
-
-
-def test_the_call_overhead_benchmark_times_the_async_ways(
-    redis_server: RedisProcess, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["--calls", "20", "--rounds", "1", "--json", "--url", redis_server.url, "--asyncio"]
-    assert call_overhead.main(argv) == 0
-    results = json.loads(capsys.readouterr().out)["results"]
-    assert set(results) == {"redis.asyncio pipeline of 2", "held async connection, pipeline of 2"}
-    assert all(row["client_cpu_us"] > 0 and row["calls_per_s"] > 0 for row in results.values())
 
 
 def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(

@@ -8,7 +8,7 @@ import pytest
 from cluster import clean_cluster, cluster, sentinel_setup  # noqa: F401  (fixtures)
 
 from actors import AsyncDelayQueue, ConfigError, DelayQueue, Durability
-from simulations.local_redis import LocalCluster, LocalSentinel
+from simulations.crash.local_redis import LocalCluster, LocalSentinel
 
 
 def test_a_sharded_namespace_on_a_cluster(clean_cluster: LocalCluster) -> None:  # noqa: F811

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulations import producer_speed
 from simulations.bench import scale_report, targets
+from simulations.bench.probes import producer_speed
 
 
 def immediate(system: str, rate: float) -> dict[str, Any]:

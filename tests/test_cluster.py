@@ -20,7 +20,7 @@ from actors.storage.keys import ShardKeys, member, shard_of
 from actors.storage.store import Store
 from actors.storage.topology import connect, describe
 from actors.values import Durability, TopicConfig
-from simulations.local_redis import LocalCluster
+from simulations.crash.local_redis import LocalCluster
 
 SHARDS = 6
 FLOW_CONFIG = TopicConfig(retry_ms=(100,) * 20, lease_ms=1_000)

@@ -19,7 +19,7 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from actors import AsyncDelayQueue, ConfigError, DelayQueue
 from actors.storage.store import _cluster_errors
 from actors.storage.topology import CLUSTER_MIN_REDIS_PY, _release, check_cluster_support
-from simulations.local_redis import HOST, LocalCluster
+from simulations.crash.local_redis import HOST, LocalCluster
 
 OLD_REDIS_PY = _release(redis.__version__) < CLUSTER_MIN_REDIS_PY
 

@@ -27,7 +27,7 @@ from actors.clock import FakeClock
 from actors.lifecycle import State
 from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
-from simulations.script_cost import use_scripts
+from simulations.bench.probes.script_instructions import use_scripts
 
 HOUR_MS = 3_600_000
 

@@ -53,7 +53,7 @@ from actors.server.embedded import RedisProcess
 from actors.storage.scripts import lua_dir
 from actors.storage.store import Store
 from actors.values import TopicConfig
-from simulations.script_cost import use_scripts
+from simulations.bench.probes.script_instructions import use_scripts
 
 SMALL_MOST = 4
 SMALL_FILL = 3

@@ -4,7 +4,6 @@ restarted, one connection per concurrent caller, and every connection back in th
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from redis.retry import Retry
 from actors.server.embedded import RedisProcess
 from actors.storage.held_connections import IDLE_MAX, HeldConnections, holdable
 from actors.storage.scripts import ScriptRunner
-from simulations import call_overhead
 
 
 def in_use(client: redis.Redis) -> int:
@@ -145,45 +143,6 @@ def test_a_forked_child_opens_its_own_connection(redis_client: redis.Redis) -> N
     assert child_id != parent_id
     assert held.call("CLIENT", "ID") == parent_id  # the parent's connection is still in step
     held.close()
-
-
-def test_the_call_overhead_benchmark_times_every_way(
-    redis_server: RedisProcess, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert (
-        call_overhead.main(["--calls", "20", "--rounds", "1", "--json", "--url", redis_server.url])
-        == 0
-    )
-    results = json.loads(capsys.readouterr().out)["results"]
-    assert set(results) == {
-        "redis-py execute_command",
-        "held connection, one call",
-        "redis-py pipeline of 2",
-        "held connection, pipeline of 2",
-    }
-    assert all(row["client_cpu_us"] > 0 and row["calls_per_s"] > 0 for row in results.values())
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="--cores needs 2 cores")
-@pytest.mark.parametrize("cores", ["apart", "together"])
-def test_the_call_overhead_benchmark_pins_its_own_server_and_gives_the_cores_back(
-    cores: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    allowed = os.sched_getaffinity(0)
-    argv = ["--calls", "20", "--rounds", "1", "--json", "--cores", cores]
-    assert call_overhead.main(argv) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["cores"] == cores
-    assert report["results"]["held connection, one call"]["calls_per_s"] > 0
-    assert os.sched_getaffinity(0) == allowed  # the test process runs where it ran before
-
-
-def test_the_call_overhead_benchmark_pins_only_a_server_it_started(
-    redis_server: RedisProcess,
-) -> None:
-    with pytest.raises(SystemExit) as refused:
-        call_overhead.main(["--calls", "1", "--url", redis_server.url, "--cores", "apart"])
-    assert refused.value.code == 2
 
 
 def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(redis_client: redis.Redis) -> None:

@@ -6,7 +6,7 @@ Not a timed test: it checks the probes' histories and the figures' presence, nev
 from __future__ import annotations
 
 from actors.server.embedded import RedisProcess
-from simulations.history_speed import measure_size, missed
+from simulations.bench.probes.history_speed import measure_size, missed
 
 
 def test_the_history_benchmark_measures_every_probe(redis_server: RedisProcess) -> None:

@@ -1,6 +1,6 @@
-"""simulations/lateness_hops.py: the hops are read off the audit stream the real scripts write
-(on the fake clock, so each is known exactly), and the tool runs end to end on a tiny steady run.
-No speed is asserted: the figures come from running the tool."""
+"""simulations/bench/probes/lateness_hops.py: the hops are read off the audit stream the real
+scripts write (on the fake clock, so each is known exactly), and the tool runs end to end on a tiny
+steady run. No speed is asserted: the figures come from running the tool."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ import pytest
 
 from actors.clock import FakeClock
 from actors.storage.store import Store
-from simulations.lateness_hops import TRUNCATION_MS, JobTimes, hops, job_times, parse_args
+from simulations.bench.probes.lateness_hops import (
+    TRUNCATION_MS,
+    JobTimes,
+    hops,
+    job_times,
+    parse_args,
+)
 
 ROOT = Path(__file__).parent.parent
 
@@ -108,7 +114,13 @@ def test_bad_arguments_name_the_option(
 def test_a_tiny_steady_run_splits_every_job_s_lateness(pending: int) -> None:
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "simulations.lateness_hops", "--systems", "redelay-store"),
+            *(
+                sys.executable,
+                "-m",
+                "simulations.bench.probes.lateness_hops",
+                "--systems",
+                "redelay-store",
+            ),
             *("--rates", "200", "--seconds", "1", "--delay-ms", "100", "300", "--json"),
             *("--pending", str(pending)),
         ],

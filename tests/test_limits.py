@@ -1,6 +1,7 @@
 """A topic's limits (rate, max_in_flight), enforced by the lease script with the server's clock for
 every process: a job held back stays ready with no attempt counted, and the lease reply says how
-long to wait. Accuracy over time is measured by simulations/limit_accuracy.py, not here."""
+long to wait. Accuracy over time is measured by simulations/bench/probes/limit_accuracy.py, not
+here."""
 
 from __future__ import annotations
 

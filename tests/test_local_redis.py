@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations import local_redis
-from simulations.local_redis import HOST, LocalCluster, free_ports
+from simulations.crash import local_redis
+from simulations.crash.local_redis import HOST, LocalCluster, free_ports
 
 
 def test_ports_are_chosen_under_the_ephemeral_range() -> None:
@@ -39,7 +39,7 @@ def test_a_cluster_whose_port_was_taken_starts_again_on_new_ports(
         return ports
 
     monkeypatch.setattr(local_redis, "free_ports", first_with_a_taken_port)
-    caplog.set_level(logging.WARNING, logger="simulations.local_redis")
+    caplog.set_level(logging.WARNING, logger="simulations.crash.local_redis")
     try:
         cluster = LocalCluster(tmp_path).start()
     finally:

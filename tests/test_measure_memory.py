@@ -1,5 +1,5 @@
-"""simulations/measure_memory.py's workloads: how its jobs' due times fall (no size is asserted:
-the figures in docs/redis-layout.md come from its runs)."""
+"""simulations/bench/probes/measure_memory.py's workloads: how its jobs' due times fall (no size is
+asserted: the figures in docs/redis-layout.md come from its runs)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from actors.clock import FakeClock
 from actors.storage import reads
 from actors.storage.store import Store
-from simulations import measure_memory
+from simulations.bench.probes import measure_memory
 
 
 def dues_per_ms(store: Store) -> Counter[int]:

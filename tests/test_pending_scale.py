@@ -1,4 +1,5 @@
-"""simulations.pending_scale end to end at tiny sizes: its fields, and numbers that make sense.
+"""simulations.bench.probes.pending_scale end to end at tiny sizes: its fields, and numbers that
+make sense.
 
 Runs it as a subprocess (it pins its process to one core, which the test process must not be).
 No speed is asserted: the figures in docs/benchmarks.md come from the full run.
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from simulations.pending_scale import EXACT_USAGE_MAX, USAGE_SAMPLES, usage_samples
+from simulations.bench.probes.pending_scale import EXACT_USAGE_MAX, USAGE_SAMPLES, usage_samples
 
 # DUE_NOW: enough jobs that their Redis CPU spans several of the kernel's 10 ms accounting ticks.
 SMALL, LARGE, DUE_NOW, RATE, SECONDS = 200, 3_000, 3_000, 200, 1.0
@@ -21,7 +22,7 @@ SMALL, LARGE, DUE_NOW, RATE, SECONDS = 200, 3_000, 3_000, 200, 1.0
 
 @pytest.fixture(scope="module")
 def result() -> dict[str, Any]:
-    command = [sys.executable, "-m", "simulations.pending_scale", "--json"]
+    command = [sys.executable, "-m", "simulations.bench.probes.pending_scale", "--json"]
     command += ["--pending", str(SMALL), str(LARGE), "--deliver-jobs", str(DUE_NOW)]
     command += ["--rate", str(RATE), "--seconds", str(SECONDS), "--delay-ms", "200", "600"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from simulations.bench.probes.pending_store_loop import FREE_THREAD, measure_one, parse_args, report
 from simulations.bench.server import (
     CLIENT_CORE,
     REDIS_CORE,
@@ -17,7 +18,6 @@ from simulations.bench.server import (
     can_pin,
     pin_threads,
 )
-from simulations.pending_store_loop import FREE_THREAD, measure_one, parse_args, report
 
 
 def test_the_store_loop_delivers_every_due_job_and_names_what_it_cost(tmp_path: Path) -> None:

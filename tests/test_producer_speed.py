@@ -1,5 +1,6 @@
-"""simulations/producer_speed.py runs each producer against its own private redis-server, checks
-that every job it timed is stored, and reports each mode (the stream mode included)."""
+"""simulations/bench/probes/producer_speed.py runs each producer against its own private
+redis-server, checks that every job it timed is stored, and reports each mode (the stream mode
+included)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import redis
 
 from actors.server.embedded import RedisProcess
-from simulations import producer_speed
+from simulations.bench.probes import producer_speed
 
 
 def test_every_mode_reports_and_stores_every_job(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from redis.crc import key_slot
 from actors import DelayQueue, Job
 from actors.replay import compare, fold
 from actors.values import Durability
-from simulations.local_redis import LocalCluster, LocalSentinel
+from simulations.crash.local_redis import LocalCluster, LocalSentinel
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
 

@@ -1,5 +1,6 @@
-"""simulations/script_instructions.py counts Redis's instructions per job under callgrind: the
-same scripts count the same twice, and scripts that do more count more in every phase."""
+"""simulations/bench/probes/script_instructions.py counts Redis's instructions per job under
+callgrind: the same scripts count the same twice, and scripts that do more count more in every
+phase."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from actors.server.embedded import find_redis_server
 from actors.storage.scripts import lua_dir
-from simulations import script_instructions
+from simulations.bench.probes import script_instructions
 
 needs_valgrind = pytest.mark.skipif(
     shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,

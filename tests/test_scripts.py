@@ -211,8 +211,8 @@ def test_expire_drops_a_lease_whose_record_is_gone(store: Store, fake_clock: Fak
 
 
 # A Lua number passed to redis.call is formatted by Redis with %.17g at every call, about 2,200
-# of its instructions an argument (simulations/script_instructions.py); a constant is written as
-# the string it stands for instead.
+# of its instructions an argument (simulations/bench/probes/script_instructions.py); a constant is
+# written as the string it stands for instead.
 _NUMBER_ARGUMENT_RE = re.compile(r"(?:rcall|redis\.p?call)\((?:[^()]|\([^()]*\))*?,\s*-?\d+\s*[,)]")
 
 

@@ -15,7 +15,7 @@ from actors.errors import NotReplicatedError
 from actors.storage.store import Store, open_store
 from actors.storage.topology import connect, describe
 from actors.values import Durability, TopicConfig
-from simulations.local_redis import LocalSentinel
+from simulations.crash.local_redis import LocalSentinel
 
 FLOW_CONFIG = TopicConfig(retry_ms=(100,) * 20, lease_ms=1_000)
 # Replication data the replica cannot take while it is stopped: more than the loopback socket

@@ -23,13 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-# Every module pyproject.toml force-includes, imported from the installed package.
-SIMULATOR_MODULES = sorted(
-    p.stem
-    for p in (ROOT / "simulations").glob("*.py")
-    if f'"simulations/{p.name}" = "actors/simulate/{p.name}"'
-    in (ROOT / "pyproject.toml").read_text()
-)
+# Every module of the folder pyproject.toml force-includes (test_the_wheel_ships_one_folder),
+# imported from the installed package.
+SIMULATOR_MODULES = sorted(p.stem for p in (ROOT / "simulations" / "crash").glob("*.py"))
 # In this seed's two CI-sized simulated hours the non-idempotent handler sends 11 refunds twice
 # (docs/simulations.md shows the run): one duplicate would do, so thread timing cannot hide it.
 SEED = 1
@@ -76,7 +72,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
 
     project = base / "project"
     project.mkdir()
-    shutil.copy(ROOT / "simulations" / "example_refunds.py", project / "refunds.py")
+    shutil.copy(ROOT / "simulations" / "examples" / "refunds.py", project / "refunds.py")
     (project / "test_refund_crash.py").write_text(plugin_example())
     env = {
         k: v
@@ -164,3 +160,11 @@ def test_the_plugin_example_runs_with_pytest(installed: tuple[Path, Path, dict[s
     )  # fmt: skip
     out = ok(done)
     assert "1 passed" in out
+
+
+def test_the_wheel_ships_the_crash_simulators_as_one_folder() -> None:
+    """One force-include rule for the folder, not a line per module that a new module could miss."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"simulations/crash" = "actors/simulate"' in text
+    assert '"simulations/crash/' not in text
+    assert {"__init__", "chaos", "deterministic", "checkers"} <= set(SIMULATOR_MODULES)

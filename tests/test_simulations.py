@@ -23,7 +23,7 @@ from actors.clock import FakeClock
 from actors.storage.keys import shard_of
 from actors.storage.store import Store
 from actors.values import Snapshot, TopicConfig
-from simulations.checkers import (
+from simulations.crash.checkers import (
     EXIT_CODES,
     EXIT_NO_REDIS,
     AuditIndex,
@@ -32,8 +32,8 @@ from simulations.checkers import (
     check_all,
     lateness,
 )
-from simulations.ledger import CancelRow, FaultRow, JobRow, Ledger, LedgerData, RunRow
-from simulations.workload import HandlerMix, fault_times, storms
+from simulations.crash.ledger import CancelRow, FaultRow, JobRow, Ledger, LedgerData, RunRow
+from simulations.crash.workload import HandlerMix, fault_times, storms
 
 ROOT = Path(__file__).resolve().parent.parent
 T = "orders"
@@ -387,8 +387,8 @@ def test_faults_fire_only_in_storms_and_every_kind_at_least_once() -> None:
 
 
 def test_one_seed_gives_one_plan() -> None:
-    from simulations.det_settings import derive
-    from simulations.deterministic import plan
+    from simulations.crash.det_settings import derive
+    from simulations.crash.deterministic import plan
 
     first, again, other = derive(5, "ci"), derive(5, "ci"), derive(6, "ci")
     assert first == again and first != other
@@ -469,10 +469,10 @@ def _check_summary(summary: dict[str, Any], kinds: set[str]) -> None:
 
 def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
     code, summary, stderr = _simulate(
-        ["simulations.deterministic", "--seed", "1", "--ci"], tmp_path
+        ["simulations.crash.deterministic", "--seed", "1", "--ci"], tmp_path
     )
     assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
-    assert summary["reproduce"] == "python -m simulations.deterministic --seed 1 --ci"
+    assert summary["reproduce"] == "python -m simulations.crash.deterministic --seed 1 --ci"
     assert "seed 1, mode ci" in stderr  # the settings, printed at the start
     _check_summary(
         summary,
@@ -483,7 +483,7 @@ def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
 
 def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
     code, summary, stderr = _simulate(
-        ["simulations.chaos", "--seed", "5", "--duration", "30"], tmp_path
+        ["simulations.crash.chaos", "--seed", "5", "--duration", "30"], tmp_path
     )
     assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
     _check_summary(
@@ -495,10 +495,12 @@ def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
 def test_chaos_simulation_backlog_ci_run(tmp_path: Path) -> None:
     """A backlog and pools of more than 64 slots, under the same faults: the pools lease with
     their acks and keep several ack-and-lease pipelines out while workers and Redis die."""
-    args = ["simulations.chaos", "--seed", "5", "--duration", "25", "--backlog"]
+    args = ["simulations.crash.chaos", "--seed", "5", "--duration", "25", "--backlog"]
     code, summary, stderr = _simulate(args, tmp_path)
     assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
-    assert summary["reproduce"] == "python -m simulations.chaos --seed 5 --duration 25 --backlog"
+    assert (
+        summary["reproduce"] == "python -m simulations.crash.chaos --seed 5 --duration 25 --backlog"
+    )
     settings = summary["settings"]
     assert settings["rate_per_s"] == 250.0
     assert all(t["concurrency"] + t["prefetch"] >= 64 for t in settings["topics"])
@@ -509,13 +511,13 @@ def test_chaos_simulation_backlog_ci_run(tmp_path: Path) -> None:
 def test_chaos_simulation_cluster_ci_run(tmp_path: Path) -> None:
     """Workers and producer on a 3 + 3 Redis Cluster with 3 shards; masters killed and slots
     migrated besides the usual faults. About 35 s on a quiet 2-core machine."""
-    args = ["simulations.chaos", "--seed", "5", "--duration", "25", "--cluster"]
+    args = ["simulations.crash.chaos", "--seed", "5", "--duration", "25", "--cluster"]
     code, summary, stderr = _simulate(args, tmp_path)
     if code == EXIT_NO_REDIS and "cannot start a local Redis Cluster here" in stderr:
         pytest.skip(stderr.strip().splitlines()[-1])
     assert code == 0, stderr[-3000:] + json.dumps(summary.get("violations"))
     assert summary["reproduce"] == (
-        "python -m simulations.chaos --seed 5 --duration 25 --cluster --shards 3"
+        "python -m simulations.crash.chaos --seed 5 --duration 25 --cluster --shards 3"
     )
     assert "Redis Cluster of 3 masters + 3 replicas" in stderr  # the settings, at the start
     assert summary["settings"]["cluster"] is True and summary["settings"]["shards"] == 3
@@ -534,7 +536,7 @@ def test_chaos_simulation_cluster_ci_run(tmp_path: Path) -> None:
 
 
 def test_cluster_settings_keep_the_workload_and_reach_the_workers() -> None:
-    from simulations.chaos_settings import ChaosSettings, derive
+    from simulations.crash.chaos_settings import ChaosSettings, derive
 
     plain, clustered = derive(5, 30), derive(5, 30, cluster_shards=4)
     assert (clustered.topics, clustered.rate_per_s, clustered.delays, clustered.handler) == (
@@ -565,7 +567,7 @@ def test_cluster_settings_keep_the_workload_and_reach_the_workers() -> None:
 )
 def test_bad_cluster_arguments_are_a_usage_error(args: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "simulations.chaos", "--seed", "1", *args],
+        [sys.executable, "-m", "simulations.crash.chaos", "--seed", "1", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -578,7 +580,7 @@ def test_bad_cluster_arguments_are_a_usage_error(args: list[str], message: str) 
 @pytest.mark.parametrize("flag", ["--seed=x", "--bogus"])
 def test_bad_arguments_are_a_usage_error(flag: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "simulations.deterministic", flag],
+        [sys.executable, "-m", "simulations.crash.deterministic", flag],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -589,20 +591,20 @@ def test_bad_arguments_are_a_usage_error(flag: str) -> None:
 
 
 def test_your_own_handlers_run_in_the_deterministic_simulator(tmp_path: Path) -> None:
-    args = ["simulations.deterministic", "--seed", "3", "--ci", "--hours", "0.5"]
-    args += ["--app", "simulations.example_app:register"]
-    args += ["--bodies", "simulations.example_app:body"]
+    args = ["simulations.crash.deterministic", "--seed", "3", "--ci", "--hours", "0.5"]
+    args += ["--app", "simulations.examples.app:register"]
+    args += ["--bodies", "simulations.examples.app:body"]
     code, summary, stderr = _simulate(args, tmp_path)
     assert code == 0, stderr[-3000:]
     assert "order.timeout (concurrency 4, timeout 10000ms" in stderr
     assert summary["jobs"]["added"] > 50
     assert summary["reproduce"].endswith(
-        "--hours 0.5 --app simulations.example_app:register --bodies simulations.example_app:body"
+        "--hours 0.5 --app simulations.examples.app:register --bodies simulations.examples.app:body"
     )
 
 
 def test_the_guide_lists_every_exit_code_check_and_fault_kind() -> None:
-    from simulations import chaos_settings, det_settings
+    from simulations.crash import chaos_settings, det_settings
 
     text = (ROOT / "docs" / "simulations.md").read_text()
     for failure, code in EXIT_CODES.items():
@@ -632,7 +634,7 @@ def _refund_ledger() -> LedgerData:
 
 
 def test_a_user_check_that_raises_names_its_jobs_runs_and_the_faults_around_them() -> None:
-    from simulations import user_check
+    from simulations.crash import user_check
 
     def check() -> None:
         raise AssertionError("refund-j000001 sent 2 times (job refund/j000001)")
@@ -651,7 +653,7 @@ def test_a_user_check_that_raises_names_its_jobs_runs_and_the_faults_around_them
 
 
 def test_a_user_check_that_passes_or_names_no_job() -> None:
-    from simulations import user_check
+    from simulations.crash import user_check
 
     passed = user_check.run_check("app:check", lambda: None, _refund_ledger(), 1_000)
     assert passed.passed and passed.violations() == []
@@ -677,8 +679,8 @@ def _redelay_simulate(args: list[str], cwd: Path) -> subprocess.CompletedProcess
 
 def test_redelay_simulate_fails_a_non_idempotent_handler_with_exit_18(tmp_path: Path) -> None:
     args = ["--seed", "2", "--ci", "--hours", "0.5", "--json", "--out", str(tmp_path)]
-    args += ["--app", "simulations.example_refunds:register"]
-    args += ["--check", "simulations.example_refunds:check"]
+    args += ["--app", "simulations.examples.refunds:register"]
+    args += ["--check", "simulations.examples.refunds:check"]
     done = _redelay_simulate(args, ROOT)
     assert done.returncode == 18, done.stderr[-3000:]
     summary = json.loads(done.stdout)
@@ -687,8 +689,8 @@ def test_redelay_simulate_fails_a_non_idempotent_handler_with_exit_18(tmp_path: 
     assert "sent 2 times" in summary["user_check"]["error"]
     assert summary["user_check"]["runs"], "the named job's runs are listed"
     assert summary["reproduce"] == (
-        "redelay simulate --seed 2 --ci --hours 0.5 --app simulations.example_refunds:register "
-        "--check simulations.example_refunds:check"
+        "redelay simulate --seed 2 --ci --hours 0.5 --app simulations.examples.refunds:register "
+        "--check simulations.examples.refunds:check"
     )
     refunds = tmp_path / "deterministic-2" / "app" / "refunds.sqlite"
     assert refunds.is_file()  # the handlers' records are kept with the run
@@ -700,7 +702,7 @@ def test_redelay_simulate_fails_a_non_idempotent_handler_with_exit_18(tmp_path: 
         (["--duration", "5"], "--duration needs --chaos"),
         (["--chaos", "--ci"], "--ci is not for --chaos"),
         (["--check", "nowhere_at_all:check"], "--check: cannot import nowhere_at_all"),
-        (["--check", "simulations.example_refunds:nothing"], "has no attribute 'nothing'"),
+        (["--check", "simulations.examples.refunds:nothing"], "has no attribute 'nothing'"),
     ],
 )
 def test_redelay_simulate_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
@@ -717,8 +719,8 @@ def test_the_cli_page_lists_every_simulator_exit_code() -> None:
 
 
 def test_the_chaos_drain_waits_for_your_longest_retry_schedule() -> None:
-    from simulations.chaos_settings import derive
-    from simulations.det_settings import TopicPlan
+    from simulations.crash.chaos_settings import derive
+    from simulations.crash.det_settings import TopicPlan
 
     settings = derive(1, 40)
     own = max(sum(t.retry_ms) for t in settings.topics)
@@ -731,7 +733,7 @@ def test_the_chaos_drain_waits_for_your_longest_retry_schedule() -> None:
 
 @pytest.mark.parametrize("simulator", ["deterministic", "chaos"])
 def test_each_simulators_help_names_every_failure_exit_code(simulator: str) -> None:
-    module = importlib.import_module(f"simulations.{simulator}")
+    module = importlib.import_module(f"simulations.crash.{simulator}")
     epilog = module.build_parser().epilog
     for failure, code in EXIT_CODES.items():
         assert f"{code} {failure.value}" in epilog
@@ -746,8 +748,8 @@ def test_a_cancel_whose_reply_was_lost_is_recorded_as_asked(
     """The connection dies after the cancel ran: the chaos producer must not drop it from the
     ledger, or the checker calls the job it cancelled "lost" (seen on redis-py 5.3.1, whose
     held connections do not retry)."""
-    from simulations.chaos import CANCEL_UNKNOWN, Producer
-    from simulations.chaos_settings import derive
+    from simulations.crash.chaos import CANCEL_UNKNOWN, Producer
+    from simulations.crash.chaos_settings import derive
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
     producer = Producer(derive(5, 30), reply_cut.url, ledger, {"n": 1}, "cut")

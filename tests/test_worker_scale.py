@@ -1,4 +1,5 @@
-"""simulations.worker_scale end to end at a tiny size: its fields, and numbers that make sense.
+"""simulations.bench.probes.worker_scale end to end at a tiny size: its fields, and numbers that
+make sense.
 
 Runs it as a subprocess (it pins its process and the workers to one core). No speed is asserted:
 the figures in docs/benchmarks.md come from the full run.
@@ -13,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from simulations.worker_scale import tally
+from simulations.bench.probes.worker_scale import tally
 
 JOBS = 3_000  # enough CPU on each side to span several of the kernel's 10 ms accounting ticks
 
 
 @pytest.fixture(scope="module")
 def result() -> dict[str, Any]:
-    command = [sys.executable, "-m", "simulations.worker_scale", "--json"]
+    command = [sys.executable, "-m", "simulations.bench.probes.worker_scale", "--json"]
     command += ["--workers", "1", "2", "--jobs", str(JOBS), "--concurrency", "10"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]

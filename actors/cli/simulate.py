@@ -1,8 +1,8 @@
 """``redelay simulate``: the crash simulators, run against the user's own handlers.
 
-The simulators live in ``simulations/`` in the repository. The wheel carries them as
+The simulators live in ``simulations/crash/`` in the repository. The wheel carries that folder as
 ``actors.simulate`` (pyproject.toml, force-include), so an installed redelay gains no top-level
-package; in a checkout (an editable install) they are the repository's ``simulations``. This
+package; in a checkout (an editable install) they are the repository's ``simulations.crash``. This
 module only translates the command line and hands over: the checks, the exit codes and the
 artefacts are the simulators' own (docs/simulations.md).
 """
@@ -85,15 +85,16 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def simulators() -> ModuleType:
     """The simulators' package: ``actors.simulate`` from the wheel, else the checkout's
-    ``simulations`` (next to ``actors/``; never another package that happens to be called so)."""
+    ``simulations.crash`` (next to ``actors/``; never another package that happens to be called
+    so)."""
     if importlib.util.find_spec("actors.simulate") is not None:
         return importlib.import_module("actors.simulate")
     root = Path(__file__).resolve().parents[2]
-    if not (root / "simulations" / "deterministic.py").is_file():
+    if not (root / "simulations" / "crash" / "deterministic.py").is_file():
         raise usage_error("simulate: this installation has no simulators (actors.simulate)")
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    return importlib.import_module("simulations")
+    return importlib.import_module("simulations.crash")
 
 
 def simulator_argv(args: argparse.Namespace) -> list[str]:

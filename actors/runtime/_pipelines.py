@@ -5,17 +5,16 @@ as one pipeline: the acks, and a lease of the slots they free (``Store.send_ack_
 does not wait for the replies. Up to four pipelines are on their way, each with at most a
 quarter of the pool's slots, so Redis runs the next ones while the pool starts the jobs of the
 first. With one pipeline at a time the two sides took turns, each idle about 40% of a drain, and
-with two the batches still grew to the whole window of slots. Measured with
-``simulations.delivery_speed`` (concurrency 100, prefetch 400, pinned): 46k jobs/s at two, 62k
-at four, 58k at six.
+with two the batches still grew to the whole window of slots; four delivered the most, six no
+more (`make bench`'s `redelay-tuned` entry is the case: concurrency 100, prefetch 400).
 
 A pool with fewer than two chunks' worth of slots sends one pipeline at a time: below
 ``CHUNK_MIN`` acks, splitting a batch costs Redis more per job than the overlap saves. For the
 same reason, while pipelines are on their way the pool sends only full chunks: a few results
 wait for the next reply instead of going out as a pipeline of their own. Sending every result
 at once cost more CPU per job on both sides; with two or four worker processes sharing one core
-(``simulations.worker_scale``, concurrency 100) it delivered 36k and 29k jobs/s where one
-pipeline at a time delivered 48k and 54k, and full chunks only 49k and 39k (one process: 53k).
+(``simulations.bench.probes.worker_scale``, concurrency 100) it delivered 36k and 29k jobs/s where
+one pipeline at a time delivered 48k and 54k, and full chunks only 49k and 39k (one process: 53k).
 """
 
 from __future__ import annotations

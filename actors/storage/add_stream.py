@@ -5,7 +5,7 @@ and packing each job) and Redis's (the add script) one after the other. Here the
 caller's generator builds batch k+1 while Redis runs batch k, both batches on one connection so
 Redis runs them in the order sent. On a 2-core machine with Redis on the other core this added
 1.6 to 1.9 times as many jobs a second as ``add_many`` in a loop (``python -m
-simulations.producer_speed --modes many stream``).
+simulations.bench.probes.producer_speed --modes many stream``).
 
 Each batch is all or nothing, as one ``add_many`` call is; the stream is not. A batch that names
 a job twice is cut before the second, which is then added after the first, as two calls would.

@@ -2,10 +2,9 @@
 
 redis-py 8 spends most of a command's client CPU around the socket rather than on it: taking a
 connection from the pool and giving it back (a lock, a readiness poll, observability counters on
-both ends), deprecation and observability wrappers, response callbacks. On an idle 2-core machine
-an EVALSHA through ``Redis.execute_command`` cost 100.6 µs of client CPU and the same EVALSHA on
-a held connection 42.6 µs; a pipeline of two 137.0 µs against 51.4 µs
-(``python -m simulations.call_overhead``). Every add, lease and ack pays that once per round trip.
+both ends), deprecation and observability wrappers, response callbacks: on a held connection an
+EVALSHA costs under half the client CPU. Every add, lease and ack pays that once per round trip;
+docs/benchmarks.md's floor (an empty EVALSHA on a held connection) is measured in every run.
 
 What stays redis-py's: its ``Connection`` connects (auth, TLS, Unix sockets, a sentinel's current
 master) and parses with hiredis, and its ``Retry`` decides, as it does for ``execute_command`` and

@@ -5,6 +5,7 @@
     python -m simulations.bench --quick    # make bench-quick: simulations/out/bench-quick/
     python -m simulations.bench --quick --systems redelay,arq --scenarios immediate
     python -m simulations.bench --tiny --systems redelay --no-limit --no-profile --no-sweep
+    python -m simulations.bench probe [NAME ...]   # the hand-run measurements (probes/)
 
 Every system runs in one run, interleaved: scenario by scenario, each round in a rotated order
 of the systems, after a floor point (floor.py: an empty script call on the same client and
@@ -13,10 +14,11 @@ from it, whatever the host (ratios.py). Redis's instructions per job (callgrind)
 besides, as the one figure no host's speed moves (instructions.py). No host is refused.
 
 ``--long`` adds what takes hours: the issue's full sizes, and for redelay alone a handler
-concurrency sweep, a profile, the two scale sections of issue 15 (10,000 against 10,000,000
-pending jobs, simulations/pending_scale.py; 1, 2, 4 worker processes on one Redis,
-simulations/worker_scale.py) and its producers (simulations/producer_speed.py), sized by the mode
-(see scale.py); each has a --no-... flag. ``--quick`` and ``--tiny`` run them all at small sizes.
+concurrency sweep, a profile, the two scale sections of issue 15 (10,000 against 10,000,000 pending
+jobs, simulations/bench/probes/pending_scale.py; 1, 2, 4 worker processes on one Redis,
+simulations/bench/probes/worker_scale.py) and its producers
+(simulations/bench/probes/producer_speed.py), sized by the mode (see scale.py); each has a --no-...
+flag. ``--quick`` and ``--tiny`` run them all at small sizes.
 
 One ``--seed`` drives the steady scenarios' delays; every setting is printed at the start.
 """
@@ -38,7 +40,7 @@ from typing import Any
 
 from actors.storage.scripts import sources
 
-from . import chart, floor, instructions, ratios, redis_limit, report, scale, targets
+from . import chart, floor, instructions, probes, ratios, redis_limit, report, scale, targets
 from .profiling import profile_redelay
 from .runner import NODE_DIR, REPO_ROOT, AgentFailed, RunContext, run_scenario, snapshot_code
 from .scenarios import Scenario, full_plan, long_plan, quick_plan, tiny_plan
@@ -84,17 +86,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-pending-scale",
         action="store_true",
-        help="skip 10,000 against 10,000,000 pending jobs (simulations/pending_scale.py)",
+        help="skip 10,000 against 10,000,000 pending jobs (probes/pending_scale.py)",
     )
     parser.add_argument(
         "--no-worker-scale",
         action="store_true",
-        help="skip 1, 2, 4 worker processes on one Redis (simulations/worker_scale.py)",
+        help="skip 1, 2, 4 worker processes on one Redis (probes/worker_scale.py)",
     )
     parser.add_argument(
         "--no-producers",
         action="store_true",
-        help="skip redelay's producers (simulations/producer_speed.py)",
+        help="skip redelay's producers (simulations/bench/probes/producer_speed.py)",
     )
     parser.add_argument(
         "--render",
@@ -293,7 +295,10 @@ def run_scale_sections(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["probe"]:
+        return probes.run(given[1:])
+    args = parse_args(given)
     if args.render is not None:
         return render_only(args.render, args.out_dir)
     plan = plan_for(args.mode, args.scenarios)

@@ -1,10 +1,9 @@
 """Redis's instructions per job, counted by callgrind: the one figure host speed cannot move.
 
-valgrind's callgrind runs a private redis-server and counts the instructions it executes while
-the Store drives a delayed job's life (simulations/script_instructions.py): in the batches the
-worker uses under load, and one job per call as a light load pays. Beside them, an empty script
-call's instructions: the floor a job's life is divided by.
-"""
+valgrind's callgrind runs a private redis-server and counts the instructions it executes while the
+Store drives a delayed job's life (simulations/bench/probes/script_instructions.py): in the batches
+the worker uses under load, and one job per call as a light load pays. Beside them, an empty script
+call's instructions: the floor a job's life is divided by."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from typing import Any
 from actors.server.embedded import find_redis_server
 from actors.storage.scripts import lua_dir
 
-from .. import script_instructions as si
+from .probes import script_instructions as si
 
 # label -> (add_batch, batch, due_order). callgrind runs Redis some 50 times
 # slower, so the sizes are small; the counts are per job and steady from a few hundred jobs on.
@@ -61,6 +60,6 @@ def measure(mode: str) -> dict[str, Any]:
 def command(mode: str) -> str:
     add_batch, batch, _ = SHAPES["batched"]
     return (
-        f"python -m simulations.script_instructions --jobs {JOBS[mode]} "
+        f"python -m simulations.bench probe script_instructions --jobs {JOBS[mode]} "
         f"--add-batch {add_batch} --batch {batch}"
     )

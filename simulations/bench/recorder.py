@@ -131,7 +131,8 @@ class Recorder:
                 "cpu_ms": cpu_ms(),
                 "lateness_ms": [round(x, 3) for x in self._lateness_ms[:count]],
                 # Whose lateness each is (its job's seq), so a reader can join it with what
-                # else it knows of the job: simulations.lateness_hops, with the audit stream.
+                # else it knows of the job: simulations.bench.probes.lateness_hops, with the audit
+                # stream.
                 "seqs": list(self._seqs[:count]),
             }
         write_json_atomic(self.out_path, data)

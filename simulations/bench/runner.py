@@ -275,10 +275,10 @@ def run_scenario(
     per_job: bool = False,
 ) -> dict[str, Any]:
     """Runs one scenario on a fresh server, or on ``server`` when given (left running, with
-    whatever the caller put in it: simulations.pending_scale fills it first); returns the record
-    (see report.RECORD_FIELDS). With ``per_job`` the record also holds
+    whatever the caller put in it: simulations.bench.probes.pending_scale fills it first); returns
+    the record (see report.RECORD_FIELDS). With ``per_job`` the record also holds
     ``lateness_ms_by_seq``, each delivered job's lateness by its seq (for
-    simulations.lateness_hops; not a field of the benchmark's JSON).
+    simulations.bench.probes.lateness_hops; not a field of the benchmark's JSON).
 
     The worker is stopped at once (``os._exit``) when its last job has been handled, which can
     be before its last acks reached Redis. A caller that runs the next scenario on the same

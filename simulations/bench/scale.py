@@ -1,13 +1,12 @@
 """Three simulators as sections of ``python -m simulations.bench`` (issue 15).
 
-``simulations/pending_scale.py`` (10,000 against 10,000,000 pending delayed jobs),
-``simulations/worker_scale.py`` (1, 2, 4 worker processes on one Redis) and
-``simulations/producer_speed.py`` (redelay's producers: add, async add, add_many, add_stream) keep
-their own command lines for hand runs; here each is called through its ``measure`` (``run``) with
-arguments sized by the bench's mode, parsed by its own parser so the defaults stay in one place.
-All run pinned as the rest of the bench is (Redis on core 1, every client on core 0;
-simulations/bench/server.py).
-"""
+``simulations/bench/probes/pending_scale.py`` (10,000 against 10,000,000 pending delayed jobs),
+``simulations/bench/probes/worker_scale.py`` (1, 2, 4 worker processes on one Redis) and
+``simulations/bench/probes/producer_speed.py`` (redelay's producers: add, async add, add_many,
+add_stream) keep their own command lines for hand runs; here each is called through its ``measure``
+(``run``) with arguments sized by the bench's mode, parsed by its own parser so the defaults stay in
+one place. All run pinned as the rest of the bench is (Redis on core 1, every client on core 0;
+simulations/bench/server.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import pending_scale, producer_speed, worker_scale
+from .probes import pending_scale, producer_speed, worker_scale
 from .runner import AgentFailed
 
 # pending_scale's arguments by mode. Long is `make bench-long`'s (`make bench` leaves the scale
@@ -54,15 +53,15 @@ FAILURES = (AgentFailed, SystemExit, RuntimeError, OSError)
 
 
 def pending_command(mode: str) -> str:
-    return "python -m simulations.pending_scale " + PENDING_ARGS[mode]
+    return "python -m simulations.bench probe pending_scale " + PENDING_ARGS[mode]
 
 
 def worker_command(mode: str) -> str:
-    return "python -m simulations.worker_scale " + WORKER_ARGS[mode]
+    return "python -m simulations.bench probe worker_scale " + WORKER_ARGS[mode]
 
 
 def producer_command(mode: str) -> str:
-    return "python -m simulations.producer_speed " + PRODUCER_ARGS[mode]
+    return "python -m simulations.bench probe producer_speed " + PRODUCER_ARGS[mode]
 
 
 def _failed(exc: BaseException, command: str) -> dict[str, Any]:

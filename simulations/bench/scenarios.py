@@ -57,7 +57,8 @@ def steady(
 ) -> Scenario:
     """A producer adding ``rate_per_s`` jobs/s for ``duration_s``, each due a uniform
     ``delay_min_ms``..``delay_max_ms`` later; the runner waits ``wait_after_s`` beyond the longest
-    delay for the last deliveries. simulations.pending_scale and lateness_hops run this one too."""
+    delay for the last deliveries. simulations.bench.probes.pending_scale and lateness_hops run this
+    one too."""
     return Scenario(
         name=f"steady-{rate_per_s}",
         kind="steady",

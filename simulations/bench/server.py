@@ -107,12 +107,16 @@ class ServerStats:
 
 @dataclass
 class BenchServer:
-    """A RedisProcess on a Unix socket, pinned, plus a client for the runner's own reads.
+    """A RedisProcess on a Unix socket, pinned, plus a client for the runner's own reads: the
+    one way the bench and its probes start a private redis-server (a probe that measures a
+    server of its own making says why in its docstring).
 
     ``own_commands`` counts the commands the runner itself sends, so they can be subtracted.
+    ``pin`` False leaves the server where the kernel puts it (a probe's ``--no-pin``).
     """
 
     directory: Path
+    pin: bool = True
     process: RedisProcess = field(init=False)
     client: redis.Redis = field(init=False)
     own_commands: int = 0
@@ -121,12 +125,23 @@ class BenchServer:
         self.process = RedisProcess(self.directory).start()
         assert self.process.process is not None
         self.pid = self.process.process.pid
-        pin_process(self.pid, REDIS_CORE)
+        if self.pin:
+            pin_process(self.pid, REDIS_CORE)
         self.client = self.process.client()
+
+    def __enter__(self) -> BenchServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def socket_path(self) -> str:
         return self.process.socket_path
+
+    @property
+    def url(self) -> str:
+        return self.process.url
 
     def stats(self) -> ServerStats:
         info = self._info("all")

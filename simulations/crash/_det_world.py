@@ -39,7 +39,7 @@ from .det_settings import DetSettings, TopicPlan
 from .ledger import JobRow, Ledger
 from .workload import HandlerMix
 
-log = logging.getLogger("simulations.deterministic")
+log = logging.getLogger("simulations.crash.deterministic")
 
 NAMESPACE = "sim"
 SCHEDULE_NAME = "sim-every"

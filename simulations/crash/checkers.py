@@ -23,7 +23,7 @@ then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, doc
 9. ``stuck``: at the end a job is still delayed, ready or leased (nothing finished it in time).
 10. ``late``: with a bound set, lateness in calm periods went over it.
 11. ``user_check``: the user's own checker (``--check``) raised: one of their invariants broke
-   (simulations.user_check runs it; it is not a function of the evidence alone).
+   (simulations.crash.user_check runs it; it is not a function of the evidence alone).
 """
 
 from __future__ import annotations

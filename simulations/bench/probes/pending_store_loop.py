@@ -1,16 +1,16 @@
 """Redis CPU per delivered job with many delayed jobs pending, on the Store alone (issue 15).
 
-``simulations/pending_scale.py`` measures the same question through a worker process, where the
-worker's own CPU bounds the rate; this drives the scripts from one loop (carry, then lease and
-ack ``--batch`` at a time), so the figure is Redis's. For each N, a fresh private redis-server
+``simulations/bench/probes/pending_scale.py`` measures the same question through a worker process,
+where the worker's own CPU bounds the rate; this drives the scripts from one loop (carry, then lease
+and ack ``--batch`` at a time), so the figure is Redis's. For each N, a fresh private redis-server
 (a Unix socket; pinned to core 1 and this process to core 0 where there are two cores) is filled
 with N delayed jobs (~100-byte bodies, due 1 to 24 hours ahead, 1,000 per ``add_many``), then
 ``--deliver-jobs`` jobs due now are added (1,000 per ``add_many``) and delivered. For each of the
-two phases it prints jobs/s, Redis CPU per job (INFO cpu) and the commands inside the scripts
-that cost most per job (INFO commandstats, reset before each phase), so the part that grows with
-N has a name: the add writes each job into the job pool of N fields, the delivery reads and
-deletes it there. (Before a pending job's `added` id was kept in its record, the add also wrote a
-field into an index of N fields.)
+two phases it prints jobs/s, Redis CPU per job (INFO cpu) and the commands inside the scripts that
+cost most per job (INFO commandstats, reset before each phase), so the part that grows with N has a
+name: the add writes each job into the job pool of N fields, the delivery reads and deletes it
+there. (Before a pending job's `added` id was kept in its record, the add also wrote a field into an
+index of N fields.)
 
 Then it drops the index generation the delivery left behind the way the scripts do (the stream
 trimmed past the current generation's start, one more ack), and prints what that drop cost: the
@@ -23,8 +23,8 @@ so the main thread keeps its core to itself: what Redis's ``bio_cpulist`` settin
 To compare two versions, run it from each checkout (``PYTHONPATH=<checkout>``): the scripts'
 keys are the code's, so one version's scripts cannot run under the other's Store.
 
-    python -m simulations.pending_store_loop --pending 10000 10000000
-    python -m simulations.pending_store_loop --pending 10000000 --free-core
+    python -m simulations.bench probe pending_store_loop --pending 10000 10000000
+    python -m simulations.bench probe pending_store_loop --pending 10000000 --free-core
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from actors.clock import SystemClock
 from actors.storage.keys import HISTORY_GENERATION_FIELD
 from actors.storage.store import Store
 
-from .bench.server import (
+from ..server import (
     CLIENT_CORE,
     BenchServer,
     can_pin,

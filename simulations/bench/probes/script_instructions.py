@@ -21,8 +21,8 @@ moment fall between jobs already in the set, the costly case for an add.
 Needs valgrind (Debian's package ``valgrind``) and a redis-server; about 30 s per variant at the
 defaults (valgrind runs Redis some 50 times slower).
 
-    python -m simulations.script_instructions                      # this checkout's scripts
-    python -m simulations.script_instructions --lua /tmp/old/lua   # beside another version
+    python -m simulations.bench probe script_instructions  # this checkout's scripts
+    python -m simulations.bench probe script_instructions --lua /tmp/old/lua
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,10 +43,9 @@ import redis
 
 from actors.clock import FakeClock
 from actors.server.embedded import RedisProcess, find_redis_server
-from actors.storage.scripts import lua_dir
+from actors.storage.scripts import load_sources, lua_dir
 from actors.storage.store import Store
 from actors.values import Lease
-from simulations.script_cost import use_scripts
 
 PHASES = ("add", "carry", "lease", "ack")
 _BODY = {"order": 1, "note": "x" * 80}  # about 100 bytes of JSON, as measure_memory's bodies
@@ -66,6 +65,16 @@ class Count:
     @property
     def total(self) -> float:
         return sum(self.per_job.values())
+
+
+def use_scripts(store: Store, directory: Path) -> None:
+    """Makes the store run the scripts of ``directory`` (same names, same keys): another
+    version's lua/ beside this checkout's."""
+    runner = store._batch.runner
+    runner._scripts = {
+        name: (keys, store.client.register_script(source))
+        for name, (keys, source) in load_sources(directory).items()
+    }
 
 
 def _callgrind_binary(directory: Path, redis_server: str) -> str:
@@ -250,7 +259,7 @@ def report(counts: list[Count], add_batch: int, batch: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs per variant")
     parser.add_argument("--add-batch", type=int, default=200, help="jobs per add_many call")
@@ -270,7 +279,7 @@ def main() -> None:
         help="job ids zero-padded (the default: made in order, they are in byte order) or not",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             parser.error(f"{tool} not found: install Debian's valgrind package")
@@ -294,7 +303,8 @@ def main() -> None:
     else:
         print(f"redis-server: {redis_server} (pid-independent counts; {os.cpu_count()} cores)")
         print(report(counts, args.add_batch, args.batch))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -8,8 +8,8 @@ median and p95 per page, in ms, measured from the client (HTTP included). The ov
 cache (two seconds) is defeated by spacing nothing: most overview requests in a burst reuse it,
 so the first, uncached request is printed separately too.
 
-    python -m simulations.dashboard_speed                      # 100 topics, 1,000,000 jobs
-    python -m simulations.dashboard_speed --jobs 100000 --requests 50
+    python -m simulations.bench probe dashboard_speed  # 100 topics, 1,000,000 jobs
+    python -m simulations.bench probe dashboard_speed --jobs 100000 --requests 50
 
 One ``--seed`` drives the ids and due times. The target (issue 13): the overview under 200 ms.
 """
@@ -17,6 +17,7 @@ One ``--seed`` drives the ids and due times. The target (issue 13): the overview
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import socket
@@ -27,13 +28,15 @@ import threading
 import time
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 
 import uvicorn
 
 from actors.clock import SystemClock
 from actors.dashboard import create_app
-from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
+
+from ..server import BenchServer
 
 NAMESPACE = "speed"
 BATCH_JOBS = 10_000
@@ -86,19 +89,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
-    print(f"seed {args.seed}: {args.jobs:,} jobs over {args.topics} topics", flush=True)
-    with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
-        client = server.client()
+
+    def say(text: str) -> None:
+        if not args.json:  # --json prints one object and nothing else
+            print(text, flush=True)
+
+    say(f"seed {args.seed}: {args.jobs:,} jobs over {args.topics} topics")
+    with tempfile.TemporaryDirectory() as directory, BenchServer(Path(directory)) as server:
+        client = server.process.client()
         store = Store(client, NAMESPACE, SystemClock())
         started = time.perf_counter()
         fill(store, args.jobs, args.topics, rng)
         version = client.info()["redis_version"]
-        print(
+        say(
             f"redis {version}: filled in {time.perf_counter() - started:.1f} s, "
-            f"audit stream {store.audit_length():,} entries",
-            flush=True,
+            f"audit stream {store.audit_length():,} entries"
         )
         port = free_port()
         config = uvicorn.Config(create_app(store), host="127.0.0.1", port=port, log_level="warning")
@@ -123,11 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             web.should_exit = True
             thread.join(timeout=10)
+        target = statistics.median(overview) < 200
+        if args.json:
+            timings = {"overview": overview, "topic_first_page": topic, "topic_second_page": second}
+            print(json.dumps({"redis_version": version, "first_ms": first_ms, **timings}))
+            return 0 if target else 2
         print(f"overview, first (uncached charts)  {first_ms:7.1f} ms")
         print(summary("overview", overview))
         print(summary("topic, first page", topic))
         print(summary("topic, second page", second))
-        target = statistics.median(overview) < 200
         print(f"overview median under 200 ms: {'yes' if target else 'NO'}")
         return 0 if target else 2
 

@@ -13,8 +13,8 @@ With ``--pin`` (the default on 2 or more cores) Redis runs on core 1 and every w
 (simulations/bench/server.py), so the workers share one core whatever K is: the figures show
 where that core and Redis's one core run out. ``--no-pin`` lets the kernel place them.
 
-    python -m simulations.worker_scale                       # a smoke run, seconds
-    python -m simulations.worker_scale --jobs 200000 --workers 1 2 4 --repeat 2 \\
+    python -m simulations.bench probe worker_scale                       # a smoke run, seconds
+    python -m simulations.bench probe worker_scale --jobs 200000 --workers 1 2 4 --repeat 2 \\
         --json-out simulations/out/worker_scale.json
 """
 
@@ -40,8 +40,8 @@ from actors import DelayQueue, Job
 from actors.clock import SystemClock
 from actors.storage.store import Store
 
-from .bench.scenarios import FILL_BATCH_JOBS
-from .bench.server import BenchServer, can_pin, cpu_ms_of, pin_clients, pinning_text
+from ..scenarios import FILL_BATCH_JOBS
+from ..server import BenchServer, can_pin, cpu_ms_of, pin_clients, pinning_text
 
 NAMESPACE = "scale"
 TOPIC = "work"
@@ -62,7 +62,7 @@ def redis_cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-# -- one worker process: python -m simulations.worker_scale --serve URL OUT JOBS CONCURRENCY -----
+# -- one worker process: python -m simulations.bench.probes.worker_scale --serve URL OUT JOBS N
 
 
 def serve(url: str, out: Path, jobs: int, concurrency: int) -> None:
@@ -114,7 +114,14 @@ def start_workers(
     workers = []
     for n in range(k):
         out = workdir / f"worker-{k}-{n}.runs"
-        command = [sys.executable, "-m", "simulations.worker_scale", "--serve", url, str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "simulations.bench.probes.worker_scale",
+            "--serve",
+            url,
+            str(out),
+        ]
         command += [str(jobs), str(concurrency)]
         log = (workdir / f"worker-{k}-{n}.log").open("wb")
         process = subprocess.Popen(
@@ -267,7 +274,7 @@ def report(result: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.worker_scale", description=__doc__.splitlines()[0]
+        prog="python -m simulations.bench probe worker_scale", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--jobs", type=int, default=5_000, help="jobs due now per run")

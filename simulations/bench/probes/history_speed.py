@@ -20,8 +20,8 @@ every command. The load average is printed with the figures, and each command's 
 its wall time: on a busy machine the wall time is mostly waiting for a core. Exit 1 when a target
 of the issue is missed: 50 ms through the API (p99), 0.5 s through the command (median).
 
-    python -m simulations.history_speed                          # 10k, 100k and 1M entries
-    python -m simulations.history_speed --entries 10000 --json
+    python -m simulations.bench probe history_speed  # 10k, 100k and 1M entries
+    python -m simulations.bench probe history_speed --entries 10000 --json
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from importlib import resources
 from pathlib import Path
 
 from actors import DelayQueue, TopicConfig
-from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
+
+from ..server import BenchServer
 
 FILL_TOPIC = "fill"
 PROBE_TOPIC = "probe"
@@ -241,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sizes: list[Size] = []
     with tempfile.TemporaryDirectory(prefix="redelay-history-") as directory:
-        server = None if args.url else RedisProcess(Path(directory)).start()
+        server = None if args.url else BenchServer(Path(directory))
         url = args.url or (server.url if server else "")
         try:
             for n, length in enumerate(lengths):

@@ -8,8 +8,8 @@ carried, leased, acked) in another namespace, to measure what a finished job lea
 stream and its index. One ``--seed`` drives the
 ids and due times, so a run is repeatable.
 
-    python -m simulations.measure_memory            # 100,000 jobs, ~100-byte bodies
-    python -m simulations.measure_memory --json     # the same numbers as one JSON object
+    python -m simulations.bench probe measure_memory            # 100,000 jobs, ~100-byte bodies
+    python -m simulations.bench probe measure_memory --json  # the same numbers as one JSON object
 
 The server binary is found like the tests find it (``REDELAY_REDIS_SERVER``, ``PATH``, then the
 ``embedded`` extra), so the numbers can be taken on Redis 6.2 as well as 7.x.
@@ -25,13 +25,16 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import redis
 
 from actors.clock import FakeClock
-from actors.server.embedded import RedisProcess, server_version
+from actors.server.embedded import server_version
 from actors.storage.scripts import sources
 from actors.storage.store import Store
+
+from ..server import BenchServer
 
 NAMESPACE = "memory"
 LIFECYCLE_NAMESPACE = "memory-lifecycle"
@@ -145,9 +148,9 @@ def run_lifecycles(client: redis.Redis, jobs: int, body_bytes: int) -> tuple[int
 def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int, per_ms: int = 0) -> Result:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="redelay-memory-") as directory:
-        server = RedisProcess(directory).start()
+        server = BenchServer(Path(directory))
         try:
-            client = server.client()
+            client = server.process.client()
             # Load every script first, so the script cache is in the baseline and not per job.
             for _, source in sources().values():
                 client.script_load(source)
@@ -167,8 +170,8 @@ def measure(jobs: int, body_bytes: int, seed: int, lifecycle_jobs: int, per_ms: 
                 )
             client.close()
         finally:
-            server.kill()
-    version = ".".join(str(part) for part in server_version(server.binary))
+            server.stop()
+    version = ".".join(str(part) for part in server_version(server.process.binary))
     return Result(
         redis_version=version,
         jobs=jobs,
@@ -223,7 +226,7 @@ def report(result: Result) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.measure_memory",
+        prog="python -m simulations.bench probe measure_memory",
         description="Measure Redis memory per pending job on a private redis-server.",
     )
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs to add (default 100000)")

@@ -6,17 +6,17 @@ client connections on the Redis side, and restarts redis-server itself (append-o
 With ``--cluster`` the same runs on a local Redis Cluster of 3 masters + 3 replicas (every node
 append-only) and a namespace of ``--shards`` shards (3); instead of restarting redis-server the
 driver kills masters (their replicas take over; the killed node comes back as a replica) and
-migrates a shard's slot to another master while jobs flow (simulations.chaos_redis).
+migrates a shard's slot to another master while jobs flow (simulations.crash.chaos_redis).
 
-    python -m simulations.chaos --seed 7 --duration 40           # CI-sized
-    python -m simulations.chaos --seed 7 --duration 600 --json   # a soak
-    python -m simulations.chaos --seed 7 --duration 30 --cluster --shards 3
+    python -m simulations.crash.chaos --seed 7 --duration 40           # CI-sized
+    python -m simulations.crash.chaos --seed 7 --duration 600 --json   # a soak
+    python -m simulations.crash.chaos --seed 7 --duration 30 --cluster --shards 3
 
 After ``--duration`` seconds the faults and the producer stop, every worker is brought back, and
 the run waits until every job is finished (or a drain limit passes); then the checkers read the
 ledger, the audit stream and the live state. The seed fixes the settings, the jobs and the fault
 schedule; real processes and real time do the rest, so two runs of a seed differ in detail.
-Exit codes: simulations.checkers.EXIT_CODES (docs/simulations.md).
+Exit codes: simulations.crash.checkers.EXIT_CODES (docs/simulations.md).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from .ledger import JobRow, Ledger
 from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
 
-log = logging.getLogger("simulations.chaos")
+log = logging.getLogger("simulations.crash.chaos")
 
 # A worker's clock, synced to Redis TIME, is behind the server by at most the round trip of the
 # sample it kept and never ahead (actors/clock.py, best_offset). A job is carried once the

@@ -9,8 +9,8 @@ the new master does not have. Two conditions:
 - ``stalled``: the replica is stopped (SIGSTOP) behind a 48 MB write before the adds, so they
   are still in the master's memory when it dies (a slow or partitioned replica).
 
-    python -m simulations.failover_loss                   # 5 trials per mode and condition
-    python -m simulations.failover_loss --trials 10 --json
+    python -m simulations.bench probe failover_loss  # 5 trials per mode and condition
+    python -m simulations.bench probe failover_loss --trials 10 --json
 
 One ``--seed`` picks the kill moments.
 """
@@ -39,7 +39,7 @@ from actors.storage.store import open_store
 from actors.storage.topology import connect
 from actors.values import Durability
 
-from .local_redis import LocalSentinel
+from ...crash.local_redis import LocalSentinel
 
 TOPIC = "loss"
 _STALL_BYTES = 48 * 1024 * 1024

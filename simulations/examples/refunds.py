@@ -3,8 +3,8 @@
     redelay simulate --ci --app refunds:register --check refunds:check            # exits 18
     redelay simulate --ci --app refunds:register_idempotent --check refunds:check # passes
 
-(from a checkout: ``python -m simulations.deterministic ... --app
-simulations.example_refunds:register --check simulations.example_refunds:check``).
+(from a checkout: ``python -m simulations.crash.deterministic ... --app
+simulations.examples.refunds:register --check simulations.examples.refunds:check``).
 
 Delivery is at least once: a worker that dies after the handler returned, or a handler that
 outlives its lease, means the job runs again. ``register`` sends the refund on every run, so

@@ -1,9 +1,11 @@
 """An application's handlers, written the way docs/simulations.md asks, to simulate them:
 
-    python -m simulations.deterministic --seed 3 --ci --app simulations.example_app:register \
-        --bodies simulations.example_app:body
-    python -m simulations.chaos --seed 3 --duration 30 --app simulations.example_app:register \
-        --bodies simulations.example_app:body
+    python -m simulations.crash.deterministic --seed 3 --ci \
+        --app simulations.examples.app:register \
+        --bodies simulations.examples.app:body
+    python -m simulations.crash.chaos --seed 3 --duration 30 \
+        --app simulations.examples.app:register \
+        --bodies simulations.examples.app:body
 
 ``register(queue)`` puts the handlers on whatever DelayQueue it is given: the application's own
 at start-up, or each simulated worker's. The handler is idempotent (closing an order twice is

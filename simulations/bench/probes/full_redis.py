@@ -8,8 +8,8 @@ per binary: how long the worker took from the first due time to the last deliver
 whether every job was delivered exactly once and none is left, and whether an add was refused
 while full.
 
-    python -m simulations.full_redis               # 20,000 jobs, concurrency 32, 20 kB headroom
-    python -m simulations.full_redis --json
+    python -m simulations.bench probe full_redis  # 20,000 jobs, concurrency 32, 20 kB headroom
+    python -m simulations.bench probe full_redis --json
 
 Exit codes: 0 all good, 1 a job was lost or delivered twice, 2 not drained within ``--timeout-s``.
 No randomness: job ids are numbered, so a run repeats up to timing.

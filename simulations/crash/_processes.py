@@ -1,7 +1,7 @@
 """Worker processes of the chaos simulator: started, signalled, restarted, reaped.
 
-A worker is ``redelay worker simulations.chaos_worker:make_queue`` (``python -m actors.cli``, so
-it runs on this interpreter), or ``python -m simulations.chaos_worker`` when the CLI has no
+A worker is ``redelay worker simulations.crash.chaos_worker:make_queue`` (``python -m actors.cli``,
+so it runs on this interpreter), or ``python -m simulations.crash.chaos_worker`` when the CLI has no
 worker command. Installed from the wheel the package is ``actors.simulate``, not
 ``simulations``: the module names are this package's own. Each slot keeps one log file, appended
 to by every process started in it.

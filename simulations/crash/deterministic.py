@@ -1,17 +1,17 @@
 """Deterministic simulation: the real actor system on a real private Redis, under a fake clock,
 with faults a seed switches on and fires at random moments. Many simulated hours per real minute.
 
-    python -m simulations.deterministic --seed 42 --ci        # CI-sized: 2 simulated hours
-    python -m simulations.deterministic --seed 42             # the seed picks the faults
-    python -m simulations.deterministic --seed 42 --soak      # 48 simulated hours
-    python -m simulations.deterministic --seed 42 --ci --json # the summary as JSON
+    python -m simulations.crash.deterministic --seed 42 --ci        # CI-sized: 2 simulated hours
+    python -m simulations.crash.deterministic --seed 42             # the seed picks the faults
+    python -m simulations.crash.deterministic --seed 42 --soak      # 48 simulated hours
+    python -m simulations.crash.deterministic --seed 42 --ci --json # the summary as JSON
     redelay simulate --app myapp.tasks:register --check myapp.tasks:check --ci  # installed
 
 One seed reproduces a run: the settings, the jobs, the faults, when they fire and what they hit
 all come from it (printed at the start), and a handler's behaviour on an attempt is a function of
 the seed and the job. What no seed controls is the order in which threads run inside one step;
 the driver waits for the system to settle after every step so that this matters as little as it
-can. Exit codes: simulations.checkers.EXIT_CODES (docs/simulations.md).
+can. Exit codes: simulations.crash.checkers.EXIT_CODES (docs/simulations.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from .det_settings import MODES, DetSettings, derive
 from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
 
-log = logging.getLogger("simulations.deterministic")
+log = logging.getLogger("simulations.crash.deterministic")
 
 # Real-time bounds, so a stuck system ends the run with a verdict instead of hanging CI.
 _DRAIN_REAL_LIMIT_S = 300.0

@@ -33,13 +33,15 @@ whose producer added it after its due time, moved it by 1.6 ms, and with it the 
 the mean lateness less the other hops.)
 
 With ``--pending N`` each server is first filled with N delayed jobs due 1 to 24 hours ahead
-(``simulations.pending_scale.fill``, in the worker's topic), so the hops show where lateness
-grows with a large backlog (issue 15: within 20% at 10,000,000 pending); only the audit entries
-written after the fill are read.
+(``simulations.bench.probes.pending_scale.fill``, in the worker's topic), so the hops show where
+lateness grows with a large backlog (issue 15: within 20% at 10,000,000 pending); only the audit
+entries written after the fill are read.
 
-    python -m simulations.lateness_hops                     # redelay, redelay-tuned, the store loop
-    python -m simulations.lateness_hops --systems redelay --rates 5000 --seconds 30 --json
-    python -m simulations.lateness_hops --systems redelay-tuned --rates 1000 --pending 10000000
+    python -m simulations.bench probe lateness_hops  # redelay, redelay-tuned, the store loop
+    python -m simulations.bench probe lateness_hops --systems redelay --rates 5000 --seconds 30 \
+        --json
+    python -m simulations.bench probe lateness_hops --systems redelay-tuned --rates 1000 \
+        --pending 10000000
 """
 
 from __future__ import annotations
@@ -61,14 +63,14 @@ from actors.storage.calls import decoded
 from actors.storage.store import Store
 from actors.values import AuditEntry
 
-from .bench import scenarios
-from .bench.jobs import job_id
-from .bench.runner import RunContext, run_scenario
-from .bench.scenarios import Scenario
-from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
-from .bench.stats import percentile
-from .bench.systems import BY_NAME
-from .bench.systems.redelay_queue import NAMESPACE
+from .. import scenarios
+from ..jobs import job_id
+from ..runner import RunContext, run_scenario
+from ..scenarios import Scenario
+from ..server import BenchServer, can_pin, pin_clients, pinning_text
+from ..stats import percentile
+from ..systems import BY_NAME
+from ..systems.redelay_queue import NAMESPACE
 from .pending_scale import fill
 
 SYSTEMS = ("redelay", "redelay-tuned", "redelay-store")
@@ -266,7 +268,7 @@ def _json(stats: HopStats | None) -> dict[str, Any] | None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.lateness_hops",
+        prog="python -m simulations.bench probe lateness_hops",
         description="Splits steady lateness into carry, lease and hand-off (issue 15).",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")

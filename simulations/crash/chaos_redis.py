@@ -3,7 +3,7 @@
 - :class:`OneServer`: one redis-server on a Unix socket with an append-only file; ``redis_restart``
   SIGKILLs it and starts it again on that file.
 - :class:`ClusterDeployment` (``--cluster``): a Redis Cluster of 3 masters + 3 replicas on
-  loopback (``simulations.local_redis``), every node append-only. ``master_kill`` SIGKILLs a
+  loopback (``simulations.crash.local_redis``), every node append-only. ``master_kill`` SIGKILLs a
   master; its replica is promoted, and the killed node is started again a little later, on its
   append-only file, and rejoins as the new master's replica. ``slot_migration`` moves the slot of
   one shard to another master the way ``redis-cli --cluster reshard`` does, while jobs flow.
@@ -40,7 +40,7 @@ from .checkers import Percentiles
 from .ledger import LedgerData
 from .local_redis import HOST, LocalCluster, wait_until
 
-log = logging.getLogger("simulations.chaos")
+log = logging.getLogger("simulations.crash.chaos")
 
 # How often the driver asks the cluster how a failover is going (it is a few CLUSTER INFO calls).
 _CHECK_EVERY_S = 0.1

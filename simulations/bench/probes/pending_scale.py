@@ -16,8 +16,8 @@ call), in the namespace and topic the benchmark's worker consumes. Then, on top 
   producer process, each due ``--delay-ms`` MIN MAX after it is added; lateness is handler start
   minus due time (simulations/bench/recorder.py), early = negative.
 
-    python -m simulations.pending_scale                               # a smoke run, ~1 min
-    python -m simulations.pending_scale --pending 10000 10000000 --deliver-jobs 50000 \\
+    python -m simulations.bench probe pending_scale  # a smoke run, ~1 min
+    python -m simulations.bench probe pending_scale --pending 10000 10000000 --deliver-jobs 50000 \\
         --rate 1000 --seconds 30 --json-out simulations/out/pending_scale.json
 """
 
@@ -40,14 +40,14 @@ from typing import Any
 from actors.clock import SystemClock
 from actors.storage.store import Store
 
-from .bench import scenarios as bench_scenarios
-from .bench.jobs import BenchJob, now_ms
-from .bench.runner import RunContext, run_scenario
-from .bench.scenarios import FILL_BATCH_JOBS, Scenario
-from .bench.server import BenchServer, can_pin, pin_clients, pinning_text
-from .bench.spec import QUEUE_NAME
-from .bench.systems import BY_NAME
-from .bench.systems.redelay_queue import NAMESPACE
+from .. import scenarios as bench_scenarios
+from ..jobs import BenchJob, now_ms
+from ..runner import RunContext, run_scenario
+from ..scenarios import FILL_BATCH_JOBS, Scenario
+from ..server import BenchServer, can_pin, pin_clients, pinning_text
+from ..spec import QUEUE_NAME
+from ..systems import BY_NAME
+from ..systems.redelay_queue import NAMESPACE
 
 SYSTEM = "redelay-tuned"  # DelayQueue, handler concurrency 100
 PENDING_SEQ = 1_000_000_000  # pending jobs' seq: outside every scenario's range, never recorded
@@ -367,7 +367,7 @@ def report(result: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m simulations.pending_scale", description=__doc__.splitlines()[0]
+        prog="python -m simulations.bench probe pending_scale", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--pending", type=int, nargs="+", default=[1_000, 20_000])
     parser.add_argument("--pending-due-hours", type=float, nargs=2, default=[1.0, 24.0])

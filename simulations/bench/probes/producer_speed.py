@@ -26,9 +26,10 @@ scripts) before the clock starts, and runs ``--rounds`` times, the modes alterna
 is printed and the best is reported, because a shared machine's noise only ever slows a round
 down. The load average is printed with the figures.
 
-    python -m simulations.producer_speed                    # 5,000 jobs, 100 tasks, 3 rounds
-    python -m simulations.producer_speed --modes sync many --batch 1000 --jobs 20000 --json
-    python -m simulations.producer_speed --modes many stream --batch 1000 --jobs 200000
+    python -m simulations.bench probe producer_speed  # 5,000 jobs, 100 tasks, 3 rounds
+    python -m simulations.bench probe producer_speed --modes sync many --batch 1000 \
+        --jobs 20000 --json
+    python -m simulations.bench probe producer_speed --modes many stream --batch 1000 --jobs 200000
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ from typing import Any
 import redis
 
 from actors import AsyncDelayQueue, DelayQueue
-from actors.server.embedded import RedisProcess
 
-from .bench.server import REDIS_CORE, can_pin, pin_clients, pin_process, pinning_text
+from ..server import BenchServer, can_pin, pin_clients, pinning_text
 
 TOPIC = "bench"
 DELAY_S = 3_600
@@ -358,10 +358,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.url:
             results = measured(args.url)
         else:
-            with RedisProcess(Path(directory)) as server:
-                if pinned:
-                    assert server.process is not None
-                    pin_process(server.process.pid, REDIS_CORE)
+            with BenchServer(Path(directory), pin=pinned) as server:
                 results = measured(server.url)
     return {
         "load": [*load, os.getloadavg()[0]],

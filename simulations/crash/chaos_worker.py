@@ -1,9 +1,9 @@
 """A worker process of the chaos simulator: a DelayQueue whose handlers write every run to the
 ledger and misbehave as the seed says. The simulator starts it as
 
-    redelay worker simulations.chaos_worker:make_queue
+    redelay worker simulations.crash.chaos_worker:make_queue
 
-(or ``python -m simulations.chaos_worker``) with its settings in environment variables:
+(or ``python -m simulations.crash.chaos_worker``) with its settings in environment variables:
 ``REDELAY_SIM_URL`` (Redis), ``REDELAY_SIM_LEDGER`` (SQLite path), ``REDELAY_SIM_SETTINGS``
 (ChaosSettings as JSON), ``REDELAY_SIM_WORKER`` (a name for the ledger) and optionally
 ``REDELAY_SIM_APP`` (your handlers, MODULE:ATTR, see docs/simulations.md).
@@ -118,8 +118,8 @@ def _handler(
 
 
 def main() -> int:
-    """``python -m simulations.chaos_worker``: the same as ``redelay worker``, for when the CLI
-    is not installed: runs until SIGTERM or SIGINT, then stops gracefully."""
+    """``python -m simulations.crash.chaos_worker``: the same as ``redelay worker``, for when the
+    CLI is not installed: runs until SIGTERM or SIGINT, then stops gracefully."""
     grace = float(os.environ.get("REDELAY_SIM_GRACE", "20"))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

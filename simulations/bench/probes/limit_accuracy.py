@@ -9,8 +9,8 @@ at once is replayed from the audit stream (a lease begins at ``leased`` and ends
 ``failed``, ``expired``, ``released``, ``dead`` or a ``cancelled`` from leased). Exit 1 when the
 mean rate is off by more than ``--tolerance`` or the in-flight limit was exceeded.
 
-    python -m simulations.limit_accuracy                  # 3 workers, 100/s over 60 s, 5 in flight
-    python -m simulations.limit_accuracy --seconds 10 --json
+    python -m simulations.bench probe limit_accuracy  # 3 workers, 100/s over 60 s, 5 in flight
+    python -m simulations.bench probe limit_accuracy --seconds 10 --json
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from actors import DelayQueue, Job
-from actors.server.embedded import RedisProcess
+
+from ..server import BenchServer
 
 NAMESPACE = "limits"
 RATED, FLIGHT = "rated", "flight"
@@ -108,7 +110,14 @@ def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     concurrency = ["--concurrency", str(args.concurrency)]
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "simulations.limit_accuracy", "--worker", url, *concurrency]
+            [
+                sys.executable,
+                "-m",
+                "simulations.bench.probes.limit_accuracy",
+                "--worker",
+                url,
+                *concurrency,
+            ]
         )
         for _ in range(args.workers)
     ]
@@ -158,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         run_worker(args.worker, args.concurrency)
         return 0
-    with tempfile.TemporaryDirectory() as directory, RedisProcess(directory) as server:
+    with tempfile.TemporaryDirectory() as directory, BenchServer(Path(directory)) as server:
         result = measure(args, server.url)
     ok = (
         abs(result["mean_jobs_per_s"] - args.rate) <= args.tolerance

@@ -8,8 +8,8 @@ each start after its due time (p50, p99, max) are what a burst of due work costs
 each Redis process's CPU time (/proc) and this process's, so the report says where the time went:
 CPU ms per 1,000 jobs on each Redis node (while adding, and while delivering) and in the worker.
 
-    python -m simulations.shard_bench                      # 20,000 jobs, shards 1, 3, 6
-    python -m simulations.shard_bench --jobs 5000 --json   # smaller, one JSON object
+    python -m simulations.bench probe shard_bench                      # 20,000 jobs, shards 1, 3, 6
+    python -m simulations.bench probe shard_bench --jobs 5000 --json   # smaller, one JSON object
 
 One ``--seed`` drives the job ids' order, so a run is repeatable up to thread scheduling.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from actors import DelayQueue, Job
 from actors.server.embedded import RedisProcess
 
-from .local_redis import LocalCluster, ServerProcess
+from ...crash.local_redis import LocalCluster, ServerProcess
 
 TOPIC = "bench"
 ADD_BATCH = 500

@@ -1,0 +1,1 @@
+"""Applications written the way docs/simulations.md asks, to run the crash simulators on."""

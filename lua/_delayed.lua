@@ -31,7 +31,7 @@
 local legacy_delayed_key = prefix .. LEGACY_DELAYED_KEY
 -- An add walks the index entries its due times span while there are at most this many per job;
 -- past that, it looks up each due time's bucket (put_by_lookup). Counted with
--- simulations/script_instructions.py (--ids unpadded --add-batch 100 --jobs 30000, a burst due
+-- simulations/bench/probes/script_instructions.py (--ids unpadded --add-batch 100 --jobs 30000, a burst due
 -- at one moment, add's instructions per job): 114,889 at 1, 115,452 at 3, 130,630 at 8 (which
 -- still walks the index there).
 local WALK_BUCKETS_PER_JOB = 3
@@ -49,7 +49,7 @@ local byte = string.byte
 -- (topics and ids are validated so), hence the probe: every printable character in byte order,
 -- and the multi-character cases where language collations differ. < is about ten times faster
 -- than the byte loop, but the probe's hundred strcoll() calls cost Redis about as much as the
--- rest of an add of one job (simulations/script_instructions.py): a call probes only once it has
+-- rest of an add of one job (simulations/bench/probes/script_instructions.py): a call probes only once it has
 -- compared more members than BYTE_LOOP_COMPARISONS, which a call handling one job never does.
 local collation_is_bytes = nil
 local BYTE_LOOP_COMPARISONS = 32

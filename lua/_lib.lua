@@ -238,7 +238,7 @@ local function audit(stream, event, member, attempt, fields, count, unindexed)
   if not unindexed then index_entry(member, id, event, entry_id) end
   -- Retention trims once per script call, after its first entry, not with every XADD: MAXLEN on
   -- each would cost three more arguments and a trim check per entry (4.5% of Redis's
-  -- instructions per job: simulations/script_instructions.py). The call's later entries wait
+  -- instructions per job: simulations/bench/probes/script_instructions.py). The call's later entries wait
   -- for the next call's trim, which `~` (whole nodes only) never made exact anyway. MINID is
   -- measured back from the id just written; ids are the server's milliseconds, and now_ms may be
   -- a fake clock's.

@@ -18,7 +18,7 @@ from _wait import WAIT_S
 from sqlalchemy.orm import Session
 
 from actors import outbox
-from simulations.local_redis import wait_until
+from simulations.crash.local_redis import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "outbox-cli"

@@ -23,7 +23,7 @@ from actors.outbox.actor import start_relay
 from actors.outbox.relay import Relay, status
 from actors.producing import AuditEvent, audit_events
 from actors.storage.store import Store
-from simulations.local_redis import wait_until
+from simulations.crash.local_redis import wait_until
 
 pytest_plugins = ["_outbox_fixtures"]
 

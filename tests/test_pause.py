@@ -174,6 +174,7 @@ def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_cli_pauses_and_resumes_with_json(
     redis_server: RedisProcess, redis_client: redis.Redis
 ) -> None:
+    assert cli(redis_server.url, "add", "mail", "m1", "--delay", "1h").returncode == 0
     paused = cli(redis_server.url, "pause", "mail", "--json")
     assert paused.returncode == 0, paused.stderr
     assert json.loads(paused.stdout) == {"topic": "mail", "paused": True, "changed": True}
@@ -185,3 +186,22 @@ def test_the_cli_pauses_and_resumes_with_json(
     assert json.loads(resumed.stdout) == {"topic": "mail", "paused": False, "changed": True}
     stats = json.loads(cli(redis_server.url, "stats", "--json").stdout)
     assert "mail" not in stats["topics"] or stats["topics"]["mail"]["paused"] == 0
+
+
+def test_the_cli_refuses_to_pause_a_topic_no_job_has_used(
+    redis_server: RedisProcess, redis_client: redis.Redis
+) -> None:
+    """A typo must not print "paused" while the real topic keeps running."""
+    assert cli(redis_server.url, "add", "order.timeout", "o1", "--delay", "1h").returncode == 0
+    typo = cli(redis_server.url, "pause", "order.timout", "--json")
+    assert typo.returncode == 1, typo.stderr
+    error = json.loads(typo.stdout)
+    assert error["error"] == "not_found" and error["similar"] == ["order.timeout"]
+    assert "did you mean order.timeout?" in error["message"] and "--new" in error["message"]
+    stats = json.loads(cli(redis_server.url, "stats", "--json").stdout)
+    assert set(stats["topics"]) == {"order.timeout"}  # no phantom topic
+    assert cli(redis_server.url, "resume", "order.timout").returncode == 1
+    # Meant: paused before its first job, and then it is known.
+    new = cli(redis_server.url, "pause", "refunds", "--new", "--json")
+    assert new.returncode == 0 and json.loads(new.stdout)["changed"] is True, new.stderr
+    assert cli(redis_server.url, "resume", "refunds").returncode == 0

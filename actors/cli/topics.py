@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 from typing import Any
 
+from actors import _validation as validation
 from actors.cli.context import Context
-from actors.cli.output import Exit, print_json
+from actors.cli.output import CliError, Exit, print_json
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -15,9 +17,16 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="stop every worker leasing a topic's jobs",
         description="Pause a topic: no worker of the namespace leases its jobs until it is "
-        "resumed (jobs already running finish; due jobs still become ready and wait).",
+        "resumed (jobs already running finish; due jobs still become ready and wait). A topic "
+        "the namespace has never had a job of is refused (a typo would pause nothing real) "
+        "unless --new says it is meant.",
     )
     p.add_argument("topic")
+    p.add_argument(
+        "--new",
+        action="store_true",
+        help="pause a topic that has no job yet (paused before its first job is added)",
+    )
     p.set_defaults(run=run_pause, paused=True)
 
     p = sub.add_parser(
@@ -27,14 +36,30 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Resume a paused topic; its workers are woken at once.",
     )
     p.add_argument("topic")
-    p.set_defaults(run=run_pause, paused=False)
+    p.set_defaults(run=run_pause, paused=False, new=False)
 
 
 def run_pause(ctx: Context, args: argparse.Namespace) -> int:
-    changed = ctx.store().pause(args.topic, args.paused)
+    validation.topic(args.topic)
+    store = ctx.store()
+    known = set(store.topics()) | store.paused_topics()
+    if args.topic not in known and not args.new:
+        raise _unknown(args.topic, sorted(known), args.paused)
+    changed = store.pause(args.topic, args.paused)
     if ctx.json:
         print_json({"topic": args.topic, "paused": args.paused, "changed": changed})
         return Exit.OK
     verb = "paused" if args.paused else "resumed"
     print(f"{verb} {args.topic}" if changed else f"{args.topic} was {verb} already")
     return Exit.OK
+
+
+def _unknown(topic: str, known: list[str], pausing: bool) -> CliError:
+    """A topic that no job, worker or pause ever used: most likely a typo of a real one."""
+    close = difflib.get_close_matches(topic, known, n=3)
+    message = f"no topic {topic!r} in this namespace (no job has used it)"
+    if close:
+        message += f"; did you mean {' or '.join(close)}?"
+    if pausing:
+        message += " Pass --new to pause it before its first job."
+    return CliError(Exit.NOT_FOUND, "not_found", message, {"topic": topic, "similar": close})

@@ -68,6 +68,8 @@ class Replay:
     jobs: dict[Key, ReplayedJob] = field(default_factory=dict)
     # Ends per end state: a (topic, id) added again after it ended and ending again counts twice.
     ended_counts: Counter[State] = field(default_factory=Counter)
+    # The same per topic (``replay --topic``); grows with the topics, not the jobs.
+    ended_by_topic: dict[str, Counter[State]] = field(default_factory=dict)
     # The newest ended jobs' end states, oldest first; OrderedDict drops its oldest in O(1).
     recently_ended: OrderedDict[Key, State] = field(default_factory=OrderedDict)
     ended_memory: int = ENDED_MEMORY
@@ -133,6 +135,7 @@ class Replay:
 
     def _ended(self, key: Key, state: State) -> None:
         self.ended_counts[state] += 1
+        self.ended_by_topic.setdefault(key[0], Counter())[state] += 1
         self.recently_ended.pop(key, None)  # re-inserted as the newest
         self.recently_ended[key] = state
         while len(self.recently_ended) > self.ended_memory:

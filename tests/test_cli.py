@@ -441,6 +441,21 @@ def test_replay_rebuilds_every_job_at_a_moment(cli: Cli, store: Store) -> None:
     assert "1 cancelled" in human.stdout
 
 
+def test_replay_of_one_topic_counts_the_ended_jobs_of_that_topic(cli: Cli, store: Store) -> None:
+    for topic, job_id in [("t", "a"), ("t", "b"), ("t", "c"), ("u", "a")]:
+        store.add(store.new_job(topic, job_id))
+        (lease,) = store.lease(topic, 1)
+        store.ack(topic, job_id, lease.token)
+    cli("add", "u", "gone", "--delay", "1h")
+    cli("cancel", "u", "gone")
+    assert cli.json("replay")["ended"] == {"acked": 4, "cancelled": 1}
+    assert cli.json("replay", "--topic", "t")["ended"] == {"acked": 3, "cancelled": 0}
+    assert cli.json("replay", "--topic", "u")["ended"] == {"acked": 1, "cancelled": 1}
+    assert cli.json("replay", "--topic", "never")["ended"] == {"acked": 0, "cancelled": 0}
+    human = cli("replay", "--topic", "u")
+    assert "ended by then: 1 acked, 1 cancelled" in human.stdout, human.stdout
+
+
 def test_verify_agrees_then_finds_drift(cli: Cli, store: Store, redis_client: redis.Redis) -> None:
     cli("add", "t", "1", "--delay", "1h")
     make_dead(store, "t", "2")

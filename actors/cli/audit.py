@@ -174,7 +174,10 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
     counts: dict[str, Counter[str]] = {}
     for job in jobs:
         counts.setdefault(job.topic, Counter())[job.state.value] += 1
-    ended = replay.ended_counts
+    if args.topic is None:
+        ended = replay.ended_counts
+    else:
+        ended = replay.ended_by_topic.get(args.topic, Counter())
     if ctx.json:
         print_json(
             {

@@ -6,11 +6,16 @@ for metrics pays a no-op call per job and nothing more.
 
 Two kinds of numbers, told apart in docs/operations.md ("Monitoring"):
 
-- this process's own: job events counted as its pools see them, handler lateness and duration,
-  busy handlers (kept in memory, lost when the process ends, summed across processes);
+- this process's own: job events counted as its pools see them, how long after its due time a
+  handler started (the start delay) and how long it ran, busy handlers (kept in memory, lost
+  when the process ends, summed across processes);
 - the namespace's, read from Redis at scrape time: jobs per topic and state from the counters
-  the scripts keep (every process reports the same numbers: aggregate them with ``max``), and
+  the scripts keep (every process reports the same numbers: aggregate them with ``max``), how
+  long the earliest due job has waited to be made ready (redelay's own delivery lateness), and
   the restarts of this process's actors.
+
+The two delays are apart on purpose: a paused or rate-limited topic, or one whose handlers are
+all busy, has jobs that start late although redelay delivered them on time.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from actors.queue import DelayQueue
+    from actors.storage.store import Store
 
 log = logging.getLogger("actors.metrics")
 
@@ -123,8 +129,9 @@ class PrometheusRecorder:
             labels=["topic", "event"],
         )
         lateness = HistogramMetricFamily(
-            "redelay_lateness_seconds",
-            "How long after its due time a job's handler started.",
+            "redelay_start_delay_seconds",
+            "How long after its due time a job's handler started: delivery lateness plus the "
+            "time it waited ready (a pause, a rate limit, busy handlers).",
             labels=["topic"],
         )
         durations = HistogramMetricFamily(
@@ -157,10 +164,12 @@ class RedisCollector:
         stats: Callable[[], Mapping[str, Mapping[str, int]]],
         health: Callable[[], Mapping[str, Any]] | None = None,
         memory: Callable[[], Mapping[str, Any]] | None = None,
+        overdue: Callable[[], float] | None = None,
     ) -> None:
         self._stats = stats
         self._health = health
         self._memory = memory
+        self._overdue = overdue
 
     def collect(self) -> Iterable[Metric]:
         jobs = GaugeMetricFamily(
@@ -198,6 +207,17 @@ class RedisCollector:
             except redis.RedisError as exc:
                 log.warning("metrics: reading Redis's memory failed: %s", exc)
             yield full
+        if self._overdue is not None:
+            overdue = GaugeMetricFamily(
+                "redelay_overdue_seconds",
+                "How long the earliest due job has waited to be made ready (0 when none is "
+                "overdue): redelay's own delivery lateness, whatever pauses and rate limits do.",
+            )
+            try:
+                overdue.add_metric([], self._overdue())
+            except redis.RedisError as exc:
+                log.warning("metrics: reading the earliest due time failed: %s", exc)
+            yield overdue
         if self._health is not None:
             restarts = CounterMetricFamily(
                 "redelay_actor_restarts",
@@ -223,7 +243,11 @@ def registry(queue: DelayQueue) -> CollectorRegistry:
     made = CollectorRegistry()
     recorder = PrometheusRecorder(made)
     made.register(recorder)
-    made.register(RedisCollector(queue.stats, queue.health, queue.store.memory))
+    made.register(
+        RedisCollector(
+            queue.stats, queue.health, queue.store.memory, lambda: overdue_s(queue.store)
+        )
+    )
     queue._recorder = recorder
     return made
 
@@ -231,12 +255,21 @@ def registry(queue: DelayQueue) -> CollectorRegistry:
 def redis_registry(
     stats: Callable[[], Mapping[str, Mapping[str, int]]],
     memory: Callable[[], Mapping[str, Any]] | None = None,
+    overdue: Callable[[], float] | None = None,
 ) -> CollectorRegistry:
-    """Only the Redis-read gauges, from ``stats`` (e.g. ``store.stats``; ``redelay metrics``)
-    and ``memory`` (``store.memory``)."""
+    """Only the Redis-read gauges, from ``stats`` (e.g. ``store.stats``; ``redelay metrics``),
+    ``memory`` (``store.memory``) and ``overdue`` (:func:`overdue_s`)."""
     made = CollectorRegistry()
-    made.register(RedisCollector(stats, memory=memory))
+    made.register(RedisCollector(stats, memory=memory, overdue=overdue))
     return made
+
+
+def overdue_s(store: Store) -> float:
+    """How long the earliest job still delayed has been due, in seconds (0 when none is): jobs
+    become ready when due, whether their topic is paused or limited, so only a carrier that is
+    behind (or no worker at all) makes this grow."""
+    due_ms = store.earliest_due_ms()
+    return 0.0 if due_ms is None else max(0, store.clock.now_ms() - due_ms) / 1000
 
 
 def exposition(source: CollectorRegistry) -> str:

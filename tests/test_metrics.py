@@ -27,13 +27,14 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors import DelayQueue
-from actors.clock import SystemClock
+from actors.clock import FakeClock, SystemClock
 from actors.errors import ConfigError
 from actors.metrics import (
     PrometheusRecorder,
     exposition,
     make_asgi_app,
     make_wsgi_app,
+    overdue_s,
     redis_registry,
     registry,
     serve,
@@ -178,8 +179,8 @@ def test_a_worker_serves_its_metrics_over_http(worker: Any, store: Store) -> Non
         2 * dead,
         dead,
     )
-    assert value(samples, "redelay_lateness_seconds_count", topic="mail.send") == acked
-    assert value(samples, "redelay_lateness_seconds_count", topic="mail.bounce") == 3 * dead
+    assert value(samples, "redelay_start_delay_seconds_count", topic="mail.send") == acked
+    assert value(samples, "redelay_start_delay_seconds_count", topic="mail.bounce") == 3 * dead
     duration = "redelay_handler_duration_seconds_count"
     assert value(samples, duration, topic="mail.send", outcome="ok") == acked
     assert value(samples, duration, topic="mail.bounce", outcome="error") == 3 * dead
@@ -257,6 +258,33 @@ def test_redelay_metrics_prints_the_gauges_stats_gives(
     }
     paused = [d for d in documents if d["name"] == "redelay_topic_paused"]
     assert {d["labels"]["topic"]: d["value"] for d in paused} == {"a": 0.0, "b": 1.0}
+
+
+def test_overdue_is_delivery_lateness_which_a_pause_does_not_add_to(
+    redis_server: RedisProcess, store: Store
+) -> None:
+    """A paused topic's due jobs still become ready: its backlog makes handlers start late
+    (redelay_start_delay_seconds) but redelay delivered on time (redelay_overdue_seconds 0)."""
+    where = ("--redis", redis_server.url, "--namespace", NS)
+
+    def overdue() -> float:
+        result = redelay("metrics", *where)
+        assert result.returncode == 0, result.stderr
+        return value(parse(result.stdout), "redelay_overdue_seconds")
+
+    assert overdue() == 0  # nothing delayed
+    store.add(store.new_job("a", "later", {}, delay_ms=3_600_000))
+    assert overdue() == 0  # delayed, not due
+    # Added by a process 8 s behind with a 1 s delay: due 7 s ago, and nobody carried it.
+    behind = Store(store.client, NS, FakeClock(store.clock.now_ms() - 8_000))
+    behind.add(behind.new_job("a", "late", {}, delay_ms=1_000))
+    assert 7 <= overdue() < 7 + 30
+    samples = parse(exposition(redis_registry(store.stats, overdue=lambda: overdue_s(store))))
+    assert 7 <= value(samples, "redelay_overdue_seconds") < 7 + 30
+    store.pause("a")
+    assert store.carry(100)[0] == 1  # made ready although its topic is paused
+    assert overdue() == 0
+    assert store.stats(with_paused=True)["a"]["ready"] == 1
 
 
 def test_redelay_metrics_without_redis_exits_3(tmp_path: Path) -> None:
@@ -363,13 +391,13 @@ def test_the_recorder_buckets_as_prometheus_does_and_outlives_a_pool() -> None:
     recorder.topic("t").jobs("acked", 1)  # a rebuilt pool counts on
     pool.finished("timeout", 1_500)
     samples = parse(exposition(made))
-    bucket = "redelay_lateness_seconds_bucket"
+    bucket = "redelay_start_delay_seconds_bucket"
     assert value(samples, bucket, topic="t", le="0.005") == 2
     assert value(samples, bucket, topic="t", le="0.01") == 3
     assert value(samples, bucket, topic="t", le="3600.0") == 3
     assert value(samples, bucket, topic="t", le="+Inf") == 4
-    assert value(samples, "redelay_lateness_seconds_count", topic="t") == 4
-    assert value(samples, "redelay_lateness_seconds_sum", topic="t") == pytest.approx(10_000.011)
+    assert value(samples, "redelay_start_delay_seconds_count", topic="t") == 4
+    assert value(samples, "redelay_start_delay_seconds_sum", topic="t") == pytest.approx(10_000.011)
     assert value(samples, "redelay_job_events_total", topic="t", event="acked") == 3
     duration = "redelay_handler_duration_seconds_bucket"
     assert value(samples, duration, topic="t", outcome="timeout", le="1.0") == 0

@@ -35,7 +35,8 @@ def run_metrics(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     counts = store.stats(with_paused=True)
     memory = store.memory()
-    registry = metrics.redis_registry(lambda: counts, lambda: memory)
+    overdue = metrics.overdue_s(store)
+    registry = metrics.redis_registry(lambda: counts, lambda: memory, lambda: overdue)
     if ctx.json:
         print_json(metrics.samples(registry))
     else:

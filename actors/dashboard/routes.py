@@ -113,7 +113,7 @@ class Pages:
                 "totals": totals,
                 "states": STATES,
                 "rate_chart": bar_chart(per_second, title="jobs acked per second", unit="jobs/s"),
-                "late_chart": bar_chart(lateness, title="worst lateness", unit="s late"),
+                "late_chart": bar_chart(lateness, title="worst delivery lateness", unit="s late"),
                 "sampled": self.samples.sampled,
             },
         )

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test browser lint typecheck pytest oldest newest upgrade demo simulate bench clean
+.PHONY: test check browser lint typecheck pytest oldest newest upgrade demo simulate bench clean
 
 # Every environment make builds installs from a lock in .ci/lock (exact versions with hashes,
 # compiled by uv from pyproject.toml's open ranges), so a fresh machine next month gets what CI got
@@ -21,7 +21,13 @@ endef
 $(STAMP): pyproject.toml $(LOCK)
 	$(call venv_from_lock,$(VENV),$(LOCK))
 
+# Two lanes. `make check` during a change: lint, types and every test not marked slow, in a few
+# minutes. `make test` is what CI runs: everything, the long stateful and simulator runs at full
+# strength, then the client tests again on the oldest and the newest redis-py.
 test: browser lint typecheck pytest oldest newest
+
+check: lint typecheck
+	$(BIN)/pytest -q $(XDIST) -m 'not slow'
 
 # The dashboard's browser tests drive Debian's chromium through chromium-driver: installed with
 # apt when missing (as root, or through sudo), never downloaded by the tests themselves.
@@ -40,26 +46,30 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict
 
+# Each xdist worker starts its own redis-servers; a file's tests stay on one worker (loadfile),
+# so a module-scoped server or cluster is started once.
+XDIST ?= -n 2 --dist loadfile
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST)
 
 # The client layer again on the oldest redis-py pyproject.toml admits (5.3): redis-py 8 renamed
 # what the held async connections call (can_read_destructive -> can_read), and the main
 # environment, which gets the newest, would never see such a break. There a Redis Cluster is
-# refused (tests/test_cluster_redis_py.py), so the cluster tests run again on the oldest redis-py
+# refused (tests/storage/test_cluster_redis_py.py), so the cluster tests run again on the oldest redis-py
 # that runs one (actors/storage/topology.py, CLUSTER_MIN_REDIS_PY), in an environment of their own.
 OLDEST_VENV ?= .venv-oldest
 OLDEST_REDIS_PY := 5.3.1
-OLDEST_TESTS := tests/test_held_connections.py tests/test_async_held_connections.py \
-	tests/test_async_queue.py tests/test_async_topologies.py tests/test_store.py \
-	tests/test_add_stream.py tests/test_async_add_stream.py tests/test_if_exists.py \
-	tests/test_lazy_connect.py tests/test_cluster_redis_py.py \
-	tests/test_topology.py tests/test_lost_replies.py tests/test_network_faults.py
+OLDEST_TESTS := tests/storage/test_held_connections.py tests/storage/test_async_held_connections.py \
+	tests/runtime/test_async_queue.py tests/storage/test_async_topologies.py tests/storage/test_store.py \
+	tests/storage/test_add_stream.py tests/storage/test_async_add_stream.py tests/storage/test_if_exists.py \
+	tests/storage/test_lazy_connect.py tests/storage/test_cluster_redis_py.py \
+	tests/storage/test_topology.py tests/storage/test_lost_replies.py \
+	tests/runtime/test_network_faults.py
 NEWEST_TESTS := $(OLDEST_TESTS)
 OLDEST_CLUSTER_VENV ?= .venv-oldest-cluster
 OLDEST_CLUSTER_REDIS_PY := 7.2.1
-OLDEST_CLUSTER_TESTS := tests/test_cluster.py tests/test_async_topologies.py \
-	tests/test_cluster_redis_py.py
+OLDEST_CLUSTER_TESTS := tests/storage/test_cluster.py tests/storage/test_async_topologies.py \
+	tests/storage/test_cluster_redis_py.py
 
 $(OLDEST_VENV)/.installed-stamp: pyproject.toml .ci/lock/oldest.txt
 	$(call venv_from_lock,$(OLDEST_VENV),.ci/lock/oldest.txt)
@@ -135,7 +145,7 @@ bench-quick: $(BENCH_STAMP)
 
 # Crash simulations (docs/simulations.md): the deterministic simulator on a fake clock, then
 # process chaos with real workers. CI-sized, a minute or so each; `make test` runs both at CI size
-# through tests/test_simulations.py (chaos for 30 s there). SEED picks the run (a failure prints its seed).
+# through tests/simulate/test_simulations.py (chaos for 30 s there). SEED picks the run (a failure prints its seed).
 SEED ?= 1
 .PHONY: soak
 

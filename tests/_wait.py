@@ -25,8 +25,8 @@ POLL_S = 0.01
 
 def wait_until(
     condition: Callable[[], T],
-    *,
     what: str,
+    *,
     timeout_s: float = WAIT_S,
     poll_s: float = POLL_S,
     retry_on: tuple[type[BaseException], ...] = (),

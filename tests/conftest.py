@@ -12,48 +12,20 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import _profiles  # noqa: F401  (registers and loads the Hypothesis profile first)
 import pytest
 import redis
 from _proxy import Proxy, free_port
 from _reply_cut import ReplyCut
 from _wait import WAIT_S
-from hypothesis import HealthCheck, Phase, settings
 
 from actors.clock import FakeClock
 from actors.errors import RedisServerNotFound
 from actors.server.embedded import (
     RedisProcess,
-    embedded_binary,
     find_redis_server,
-    server_version,
 )
 from actors.storage.store import Store
-
-# "ci": a fixed seed (derandomize) and enough runs that the stateful test reaches dead jobs,
-# requeues and expiries on every binary; about half a minute per binary on 2 cores.
-# A failure shrinks one bug only and skips the explain phase: both rerun long programs many
-# times, which took over five minutes on a busy 2-core machine.
-settings.register_profile(
-    "ci",
-    max_examples=300,
-    stateful_step_count=80,
-    derandomize=True,
-    deadline=None,
-    report_multiple_bugs=False,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-    suppress_health_check=[HealthCheck.too_slow],
-)
-# "slow" (HYPOTHESIS_PROFILE=slow): random seeds, ten times the runs, longer programs.
-settings.register_profile(
-    "slow",
-    max_examples=3_000,
-    stateful_step_count=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-# The profile this run loaded; tests that size themselves by it read this, not the environment.
-HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -61,24 +33,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         find_redis_server()
     except RedisServerNotFound as exc:
         pytest.exit(str(exc), returncode=3)
-
-
-def redis_binaries() -> list[str]:
-    """The main binary, plus the embedded extra's Redis 6.2 when it is installed and different."""
-    binaries = [find_redis_server()]
-    extra = embedded_binary()
-    if extra is not None and os.path.realpath(extra) != os.path.realpath(binaries[0]):
-        binaries.append(extra)
-    return binaries
-
-
-def binary_label(binary: str) -> str:
-    """A test id for a Redis binary: its version, as "redis-7.0.15"."""
-    return "redis-" + ".".join(str(n) for n in server_version(binary))
-
-
-# A stateful test's timeout: a few minutes per binary with "ci"; "slow" runs ten times longer.
-STATEFUL_TIMEOUT_S = 600 if HYPOTHESIS_PROFILE == "ci" else 6 * 3600
 
 
 @pytest.fixture(scope="module")

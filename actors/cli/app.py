@@ -86,7 +86,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # The module (actors.cli.<module>) that defines each subcommand, in the order of --help after
 # demo and worker (defined here). A command line whose command is found is parsed by a parser of
-# that command alone, so only its module is imported (tests/test_cli_imports.py checks this
+# that command alone, so only its module is imported (tests/cli/test_cli_imports.py checks this
 # table against the modules).
 COMMAND_MODULES: dict[str, str] = {
     "add": "jobs",

@@ -2,7 +2,7 @@
 
 redis-py, the store and the embedded server are imported when a command first connects, not
 here: every subcommand module imports this one, and ``redelay --help`` (or a usage error) should
-not pay for them (tests/test_cli_imports.py).
+not pay for them (tests/cli/test_cli_imports.py).
 """
 
 from __future__ import annotations

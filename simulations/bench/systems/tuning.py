@@ -4,7 +4,7 @@ The system modules read them to configure their workers, and ``systems/__init__.
 to describe each entry on the page, so the two cannot disagree. This module imports nothing: the
 list of systems must load where the peers' packages are not installed (the main environment).
 BullMQ's worker is Node.js: ``node/bullmq.mjs`` writes its two concurrencies again, and
-tests/test_bench_systems.py checks that they match the ones here.
+tests/bench/test_bench_systems.py checks that they match the ones here.
 """
 
 from __future__ import annotations

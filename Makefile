@@ -46,9 +46,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict
 
-# Each xdist worker starts its own redis-servers; a file's tests stay on one worker (loadfile),
-# so a module-scoped server or cluster is started once.
-XDIST ?= -n 2 --dist loadfile
+# Each xdist worker starts its own redis-servers; worksteal evens out the long stateful tests,
+# which would otherwise hold one worker while the other idles.
+XDIST ?= -n 2 --dist worksteal
 pytest: $(STAMP)
 	$(BIN)/pytest -q $(XDIST)
 

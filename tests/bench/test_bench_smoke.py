@@ -49,6 +49,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_immediate_record_has_every_field_and_every_job(records: list[dict[str, Any]]) -> None:
     record = records[0]
     assert (record["system"], record["scenario"], record["jobs"]) == ("redelay", "immediate", JOBS)
@@ -164,6 +165,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     return results, (out / "benchmarks-tiny.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_tiny_run_measures_pending_jobs_at_two_sizes(
     tiny_run: tuple[dict[str, Any], str],
 ) -> None:

@@ -5,10 +5,13 @@ Not a timed test: it checks the probes' histories and the figures' presence, nev
 
 from __future__ import annotations
 
+import pytest
+
 from actors.server.embedded import RedisProcess
 from simulations.bench.probes.history_speed import measure_size, missed
 
 
+@pytest.mark.slow
 def test_the_history_benchmark_measures_every_probe(redis_server: RedisProcess) -> None:
     size = measure_size(redis_server.url, "history-speed-test", 600, api_calls=3, cli_runs=1)
     assert size.entries >= 600

@@ -110,6 +110,7 @@ def test_bad_arguments_name_the_option(
     assert named in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pending", [0, 500])
 def test_a_tiny_steady_run_splits_every_job_s_lateness(pending: int) -> None:
     done = subprocess.run(

@@ -31,6 +31,7 @@ def result() -> dict[str, Any]:
     return found
 
 
+@pytest.mark.slow
 def test_one_run_per_pending_size_with_memory_per_structure(result: dict[str, Any]) -> None:
     assert [r["pending"] for r in result["runs"]] == [SMALL, LARGE]
     for run in result["runs"]:

@@ -38,6 +38,7 @@ def _with_every_entry_written_twice(into: Path) -> Path:
     return into
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_counts_repeat_and_grow_with_the_work_the_scripts_do(tmp_path: Path) -> None:
     first = _count(lua_dir(), "this checkout")

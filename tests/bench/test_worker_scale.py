@@ -29,6 +29,7 @@ def result() -> dict[str, Any]:
     return found
 
 
+@pytest.mark.slow
 def test_every_job_delivered_once_by_each_number_of_workers(result: dict[str, Any]) -> None:
     assert [s["workers"] for s in result["summary"]] == [1, 2]
     for summary in result["summary"]:

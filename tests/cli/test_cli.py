@@ -177,6 +177,7 @@ def test_add_at_a_past_epoch_second_means_now_as_in_the_api(cli: Cli) -> None:
     assert "10 years" in too_far.stderr
 
 
+@pytest.mark.slow
 def test_add_times_delays_and_options(cli: Cli, tmp_path: Path) -> None:
     now_ms = time.time() * 1000
     at_iso = cli.json("add", "t", "iso", "--at", "2030-01-01T00:00:00+00:00")
@@ -341,6 +342,7 @@ def test_stats_counts_per_topic_and_state(cli: Cli, store: Store) -> None:
     assert human.returncode == 0 and "(total)" in human.stdout
 
 
+@pytest.mark.slow
 def test_dead_list_requeue_purge(cli: Cli, store: Store) -> None:
     for topic, job_id in [("a", "1"), ("a", "2"), ("b", "1")]:
         make_dead(store, topic, job_id)
@@ -422,6 +424,7 @@ def test_long_work_reports_progress_on_stderr(cli: Cli, store: Store) -> None:
     assert json.loads(replayed.stdout)["events"] == 600  # stdout stays clean JSON
 
 
+@pytest.mark.slow
 def test_replay_rebuilds_every_job_at_a_moment(cli: Cli, store: Store) -> None:
     cli("add", "t", "early", "--delay", "1h")
     added_ms = cli.json("history", "t", "early")[0]["at_ms"]
@@ -475,6 +478,7 @@ def test_verify_agrees_then_finds_drift(cli: Cli, store: Store, redis_client: re
     assert human.returncode == 1 and "DRIFT" in human.stdout
 
 
+@pytest.mark.slow
 def test_a_sharded_namespace_is_read_across_its_shards(
     cli: Cli, redis_client: redis.Redis, redis_server: RedisProcess
 ) -> None:
@@ -502,6 +506,7 @@ def test_a_sharded_namespace_is_read_across_its_shards(
     assert verified["events"] == 13
 
 
+@pytest.mark.slow
 def test_jobs_pages_through_a_sharded_topic_with_the_printed_cursor(
     redis_client: redis.Redis, redis_server: RedisProcess
 ) -> None:
@@ -589,6 +594,7 @@ def test_no_redis_server_for_the_embedded_default_exits_3(tmp_path: Path) -> Non
     assert "REDELAY_REDIS_SERVER" in result.stderr
 
 
+@pytest.mark.slow
 def test_without_a_url_jobs_persist_in_the_embedded_default(tmp_path: Path) -> None:
     data = tmp_path / "data"
     added = run("add", "t", "1", "--delay", "1h", "--data-dir", str(data))
@@ -640,6 +646,7 @@ def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "options"),
     [("myworker:queue", ()), ("myworker:make_queue", ("--no-gc-freeze",))],
@@ -671,6 +678,7 @@ def test_worker_runs_handlers_until_sigterm(
         assert started["gc_frozen"] > 1_000
 
 
+@pytest.mark.slow
 def test_worker_lets_a_running_handler_finish_on_sigint(cli: Cli, tmp_path: Path) -> None:
     worker = start_worker(tmp_path, cli.url, "myworker:queue", "--grace", "10")
     try:
@@ -966,6 +974,7 @@ def test_suggested_commands_work_as_printed(cli: Cli, store: Store, tmp_path: Pa
     assert not (tmp_path / ".redelay").exists()
 
 
+@pytest.mark.slow
 def test_at_takes_epoch_seconds_and_refuses_milliseconds_with_a_hint(cli: Cli) -> None:
     refused = cli("add", "t", "ms", "--at", "1893456000000")
     assert refused.returncode == 2

@@ -39,6 +39,7 @@ def test_the_plan_has_payers_flaky_closes_and_one_doomed_order() -> None:
     assert len(flaky) == 3 and all(o.pays_at_s is None for o in flaky)
 
 
+@pytest.mark.slow
 def test_demo_runs_on_the_embedded_extras_binary_only(tmp_path: Path) -> None:
     binary = embedded_binary()
     if binary is None:
@@ -78,6 +79,7 @@ def test_demo_runs_on_the_embedded_extras_binary_only(tmp_path: Path) -> None:
     assert events[0] == "added" and events[-1] == "dead" and events.count("failed") == 3
 
 
+@pytest.mark.slow
 def test_demo_against_a_given_server_clears_only_its_own_namespace(
     redis_client: redis.Redis, redis_server: RedisProcess
 ) -> None:

@@ -40,6 +40,7 @@ def cli(redis_client: redis.Redis, redis_server: RedisProcess) -> Cli:
     return Cli(redis_server.url)
 
 
+@pytest.mark.slow
 def test_add_list_and_remove(cli: Cli) -> None:
     added = cli.json(
         "schedules", "add", "nightly", "reports", "--cron", "0 3 * * *", "--tz", "Europe/Paris",

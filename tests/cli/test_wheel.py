@@ -13,6 +13,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from actors.server.embedded import RedisProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +60,7 @@ def run(args: list[str], cwd: Path, timeout_s: float = 300) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_the_installed_wheel_finds_its_scripts_and_runs_a_job(
     tmp_path: Path, redis_factory: Callable[..., RedisProcess]
 ) -> None:

@@ -145,6 +145,7 @@ def click_and_confirm(driver: Any, element_id: str) -> str:
     return flash
 
 
+@pytest.mark.slow
 def test_every_page_and_action(
     browser: Any, url: str, producer: DelayQueue, worker: DelayQueue, shots: Path
 ) -> None:
@@ -285,6 +286,7 @@ def test_every_page_and_action(
     ] == ["invoice-sweep"]
 
 
+@pytest.mark.slow
 def test_read_only_shows_no_action(browser: Any, producer: DelayQueue) -> None:
     producer.add("billing", "invoice-1", {"n": 1}, delay=600)
     with serve(create_app(producer, read_only=True)) as base:

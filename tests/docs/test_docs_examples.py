@@ -156,6 +156,7 @@ def follow(reader: Reader, page: str) -> None:
     reader.stop_workers()
 
 
+@pytest.mark.slow
 def test_getting_started_runs_as_written(reader: Reader) -> None:
     follow(reader, "getting-started.md")
     assert "python first_job.py" in reader.ran
@@ -175,6 +176,7 @@ def test_callbacks_page_runs_as_written(reader: Reader) -> None:
     assert reader.ran, "callbacks.md ran nothing"
 
 
+@pytest.mark.slow
 def test_cli_page_examples_run(reader: Reader) -> None:
     follow(reader, "cli.md")
     assert any(line.startswith("redelay add order.timeout") for line in reader.ran)

@@ -68,6 +68,7 @@ def test_a_worker_killed_mid_handler_loses_its_job_to_another_after_the_lease(
     assert events[-3:] == ["expired", "leased", "acked"]
 
 
+@pytest.mark.slow
 def test_redis_killed_and_restarted_under_a_running_worker(durable_server: RedisProcess) -> None:
     client = durable_server.client()
     producer = DelayQueue(durable_server.url, namespace=NAMESPACE, producer_only=True)

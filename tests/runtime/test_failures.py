@@ -162,6 +162,7 @@ def redelay(server: RedisProcess, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_get_dead_list_and_history_show_the_traceback(
     redis_server: RedisProcess, redis_client: redis.Redis
 ) -> None:

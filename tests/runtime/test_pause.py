@@ -169,6 +169,7 @@ def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_cli_pauses_and_resumes_with_json(
     redis_server: RedisProcess, redis_client: redis.Redis
 ) -> None:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,12 +36,14 @@ def run_pytest(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_guide_example_passes_with_the_plugin(tmp_path: Path) -> None:
     done = run_pytest(tmp_path, plugin_example())
     assert done.returncode == 0, done.stdout[-3000:]
     assert "1 passed" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_guide_example_catches_a_handler_that_sends_twice(tmp_path: Path) -> None:
     idempotent = "if job.id not in sent:"
     assert idempotent in plugin_example()
@@ -48,6 +52,7 @@ def test_the_guide_example_catches_a_handler_that_sends_twice(tmp_path: Path) ->
     assert "assert ['r-1', 'r-1'] == ['r-1']" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_fixtures_are_registered_under_their_own_names(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--fixtures", "-p", "no:cacheprovider"],

@@ -136,6 +136,7 @@ def test_a_sharded_queue_on_the_cluster_runs_every_job_once_on_time(
     print(f"connections opened per master by one worker process: {opened}")
 
 
+@pytest.mark.slow
 def test_a_cluster_master_killed_while_the_actors_work(
     fresh_cluster: LocalCluster,
     cleanup: list[DelayQueue],
@@ -168,6 +169,7 @@ def test_a_cluster_master_killed_while_the_actors_work(
     assert health and all(unit["alive"] for unit in health.values())
 
 
+@pytest.mark.slow
 def test_the_actors_carry_on_through_a_sentinel_failover(
     sentinel_setup: LocalSentinel,
     cleanup: list[DelayQueue],

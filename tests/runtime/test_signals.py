@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from actors._signals import SignalFlag, wait_for_event
 from actors.server.embedded import RedisProcess
 
@@ -69,6 +71,7 @@ WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigterm_right_after_start_stops_a_debug_logging_worker_every_time(
     tmp_path: Path, redis_factory: Callable[..., RedisProcess]
 ) -> None:

@@ -35,6 +35,7 @@ def info(name: str, beat_ms: int = 1) -> WorkerInfo:
     return WorkerInfo(name, "host-1", 42, ("mail",), 1, 4, 0, beat_ms)
 
 
+@pytest.mark.slow
 def test_a_started_queue_is_listed_with_its_topics_and_busy_slots(queue: DelayQueue) -> None:
     release = threading.Event()
 
@@ -111,6 +112,7 @@ def redelay(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_workers_command_lists_heartbeats(
     redis_client: redis.Redis, redis_server: RedisProcess
 ) -> None:

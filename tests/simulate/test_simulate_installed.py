@@ -83,6 +83,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
     return bin_dir, project, env
 
 
+@pytest.mark.slow
 def test_the_simulators_are_installed_inside_the_package(
     installed: tuple[Path, Path, dict[str, str]],
 ) -> None:
@@ -123,6 +124,7 @@ def simulated(
     return done
 
 
+@pytest.mark.slow
 def test_redelay_simulate_passes_the_idempotent_refunds(
     installed: tuple[Path, Path, dict[str, str]],
     simulated: dict[str, subprocess.CompletedProcess[str]],

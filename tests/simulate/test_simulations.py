@@ -467,6 +467,7 @@ def _check_summary(summary: dict[str, Any], kinds: set[str]) -> None:
     assert lateness_ms["calm"]["count"] > 0 and lateness_ms["after_fault"]["count"] > 0
 
 
+@pytest.mark.slow
 def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
     code, summary, stderr = _simulate(
         ["simulations.crash.deterministic", "--seed", "1", "--ci"], tmp_path
@@ -481,6 +482,7 @@ def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
     assert (tmp_path / "deterministic-1" / "lateness.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
     code, summary, stderr = _simulate(
         ["simulations.crash.chaos", "--seed", "5", "--duration", "30"], tmp_path
@@ -492,6 +494,7 @@ def test_chaos_simulation_ci_run(tmp_path: Path) -> None:
     assert (tmp_path / "chaos-5" / "lateness.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_chaos_simulation_backlog_ci_run(tmp_path: Path) -> None:
     """A backlog and pools of more than 64 slots, under the same faults: the pools lease with
     their acks and keep several ack-and-lease pipelines out while workers and Redis die."""
@@ -508,6 +511,7 @@ def test_chaos_simulation_backlog_ci_run(tmp_path: Path) -> None:
     assert summary["jobs"]["added"] > 4_000  # far more than the default workload's ~800
 
 
+@pytest.mark.slow
 def test_chaos_simulation_cluster_ci_run(tmp_path: Path) -> None:
     """Workers and producer on a 3 + 3 Redis Cluster with 3 shards; masters killed and slots
     migrated besides the usual faults. About 35 s on a quiet 2-core machine."""
@@ -590,6 +594,7 @@ def test_bad_arguments_are_a_usage_error(flag: str) -> None:
     assert "usage:" in done.stderr
 
 
+@pytest.mark.slow
 def test_your_own_handlers_run_in_the_deterministic_simulator(tmp_path: Path) -> None:
     args = ["simulations.crash.deterministic", "--seed", "3", "--ci", "--hours", "0.5"]
     args += ["--app", "simulations.examples.app:register"]
@@ -677,6 +682,7 @@ def _redelay_simulate(args: list[str], cwd: Path) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_redelay_simulate_fails_a_non_idempotent_handler_with_exit_18(tmp_path: Path) -> None:
     args = ["--seed", "2", "--ci", "--hours", "0.5", "--json", "--out", str(tmp_path)]
     args += ["--app", "simulations.examples.refunds:register"]

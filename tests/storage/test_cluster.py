@@ -150,6 +150,7 @@ def test_jobs_flow_on_the_cluster(clean_cluster: LocalCluster) -> None:
     clock.close()
 
 
+@pytest.mark.slow
 def test_slots_migrated_while_jobs_flow_lose_nothing(
     fresh_cluster: LocalCluster,
 ) -> None:
@@ -174,6 +175,7 @@ def test_slots_migrated_while_jobs_flow_lose_nothing(
     clock.close()
 
 
+@pytest.mark.slow
 def test_a_master_killed_while_jobs_flow_loses_no_confirmed_job(
     fresh_cluster: LocalCluster,
 ) -> None:
@@ -198,6 +200,7 @@ def test_a_master_killed_while_jobs_flow_loses_no_confirmed_job(
     clock.close()
 
 
+@pytest.mark.slow
 def test_redis_cli_reshard_while_jobs_flow_loses_nothing(
     fresh_cluster: LocalCluster,
 ) -> None:

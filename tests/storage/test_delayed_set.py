@@ -160,6 +160,7 @@ def compare_bytes_in_lua(store: Store, directory: Path) -> None:
     use_scripts(store, copy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("comparison", ["server's collation", "byte loop"])
 def test_adds_cancels_and_carries_in_any_mix_keep_the_set_in_order(
     store: Store, fake_clock: FakeClock, tmp_path: Path, comparison: str

@@ -273,6 +273,7 @@ def small_scripts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield small_bucket_scripts(tmp_path_factory.mktemp("delayed-stateful"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(STATEFUL_TIMEOUT_S)
 @pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
 def test_the_delayed_set_matches_a_map_of_due_times(

@@ -108,6 +108,7 @@ def test_a_bad_value_names_the_field_and_writes_nothing(queue: DelayQueue) -> No
     assert fingerprint(queue.store.client) == before
 
 
+@pytest.mark.slow
 def test_the_cli_keeps_an_existing_job(
     redis_server: RedisProcess, redis_client: redis.Redis
 ) -> None:

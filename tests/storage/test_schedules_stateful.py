@@ -181,6 +181,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
 
 # On the main binary only; the lifecycle and delayed-set machines run once per binary.
+@pytest.mark.slow
 @pytest.mark.timeout(STATEFUL_TIMEOUT_S)
 @pytest.mark.parametrize("binary_server", redis_binaries()[:1], ids=binary_label, indirect=True)
 def test_schedules_hold_under_two_processes(binary_server: RedisProcess) -> None:

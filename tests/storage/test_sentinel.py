@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 import redis
 from _cluster_flow import TOPIC, Flow
 from _wait import wait_until
@@ -31,6 +32,7 @@ def test_a_sentinel_url_reaches_the_master(sentinel_setup: LocalSentinel) -> Non
     client.close()
 
 
+@pytest.mark.slow
 def test_jobs_flow_while_sentinel_fails_over(sentinel_setup: LocalSentinel) -> None:
     client = connect(sentinel_setup.url(), socket_timeout=2)
     assert isinstance(client, redis.Redis)
@@ -75,6 +77,7 @@ def lose_the_master_behind_a_stalled_replica(
     return confirmed, reported
 
 
+@pytest.mark.slow
 def test_without_wait_a_failover_loses_adds_the_master_acknowledged(
     sentinel_setup: LocalSentinel,
 ) -> None:
@@ -89,6 +92,7 @@ def test_without_wait_a_failover_loses_adds_the_master_acknowledged(
     client.close()
 
 
+@pytest.mark.slow
 def test_with_wait_no_acknowledged_add_is_lost(sentinel_setup: LocalSentinel) -> None:
     client = connect(sentinel_setup.url(), socket_timeout=5)
     assert isinstance(client, redis.Redis)

@@ -643,6 +643,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert ended in ("acked", "dead"), f"{key} was added and never ended: {events}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(STATEFUL_TIMEOUT_S)
 @pytest.mark.parametrize("binary_server", redis_binaries(), ids=binary_label, indirect=True)
 def test_lifecycle_matches_the_model(binary_server: RedisProcess) -> None:

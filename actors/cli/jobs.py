@@ -31,7 +31,7 @@ from actors.cli.output import (
 from actors.errors import JobExistsError
 from actors.lifecycle import State
 
-if TYPE_CHECKING:  # the parser is built without redis-py (tests/test_cli_imports.py)
+if TYPE_CHECKING:  # the parser is built without redis-py (tests/cli/test_cli_imports.py)
     from actors.values import NewJob
 
 

@@ -37,8 +37,8 @@ DEFAULT_POLL_S = 1.0
 # A row older than this when applied is late enough to say so (once, until the relay catches up).
 DEFAULT_LAG_WARN_MS = 5_000
 
-# Fault points for the crash tests (tests/test_outbox_crash.py): the process exits at once at the
-# named point of its first pass that has rows, as a kill would stop it.
+# Fault points for the crash tests (tests/outbox/test_outbox_crash.py): the process exits at once
+# at the named point of its first pass that has rows, as a kill would stop it.
 CRASH_ENV = "REDELAY_OUTBOX_CRASH_AT"
 CRASH_POINTS = ("after_read", "after_redis", "after_delete")
 

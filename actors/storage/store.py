@@ -159,7 +159,7 @@ class Store(ShardPlan):
         retries it on a new one. For when one connection was found dead without a word: the
         others went the same way, most likely, and a call on one would wait out its socket
         timeout first. A call whose reply is lost so may have run (lost replies are a case every
-        script handles; tests/test_lost_replies.py)."""
+        script handles; tests/storage/test_lost_replies.py)."""
         held = self._batch.runner.held
         if held is not None:
             held.close()  # idle ones back to the pool, which closes them with its own

@@ -882,7 +882,7 @@ def test_worker_takes_the_register_function_simulate_takes(cli: Cli, tmp_path: P
     )
     try:
         cli("add", "mail.send", "m1")
-        wait_for(lambda: (tmp_path / "done").exists(), "the handler to run")
+        wait_until(lambda: (tmp_path / "done").exists(), "the handler to run")
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=30)
     finally:

@@ -1,4 +1,4 @@
-"""The outbox tests' fixtures (a test module names this module in ``pytest_plugins``): this
+"""The outbox tests' fixtures: this
 run's PostgreSQL database, and an empty outbox table in SQLite or in it."""
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from actors import outbox
 from actors.errors import ValidationError
 
 # The outbox fixtures (postgres_url, db_url, engine) live with the databases they make.
-pytest_plugins = ["_outbox_fixtures"]
 
 
 def rows(engine: sa.Engine) -> list[dict[str, Any]]:

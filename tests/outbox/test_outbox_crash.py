@@ -24,9 +24,7 @@ from actors.outbox.relay import CRASH_ENV, CRASH_POINTS, Relay, status
 from actors.producing import audit_events
 from actors.storage.store import Store
 
-pytest_plugins = ["_outbox_fixtures"]
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = [f"o-{n}" for n in range(20)]
 ROLLED_BACK = [f"rb-{n}" for n in range(5)]
 KILLED_APP = [f"app-{n}" for n in range(5)]

@@ -1,13 +1,13 @@
 """Due times and lease deadlines are judged by the Redis server's clock: a store whose clock is a
 minute off either way makes nothing due, expired or deadlined early (issue 51, section 3). The
-scripts read TIME unless the clock drives them (a FakeClock: tests/test_calls.py), on Redis 7
+scripts read TIME unless the clock drives them (a FakeClock: tests/core/test_calls.py), on Redis 7
 and on the embedded Redis 6.2, which must replicate such a script by its effects."""
 
 from __future__ import annotations
 
 import pytest
 import redis
-from conftest import binary_label, redis_binaries
+from _binaries import binary_label, redis_binaries
 
 from actors.clock import SystemClock
 from actors.server.embedded import RedisProcess

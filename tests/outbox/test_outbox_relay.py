@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from _wait import WAIT_S
+from _wait import WAIT_S, wait_until
 from sqlalchemy.orm import Session
 
 from actors import outbox
@@ -23,9 +23,6 @@ from actors.outbox.actor import start_relay
 from actors.outbox.relay import Relay, status
 from actors.producing import AuditEvent, audit_events
 from actors.storage.store import Store
-from simulations.crash.local_redis import wait_until
-
-pytest_plugins = ["_outbox_fixtures"]
 
 
 def write(engine: sa.Engine, *calls: tuple[str, str, dict[str, Any]]) -> None:
@@ -268,10 +265,10 @@ def test_the_worker_actor_relays_each_commit_and_stops(
     write(engine, ("add", "before", {}))  # written while nothing relayed: the first pass
     handle = start_relay(store, engine, poll_s=poll_s)
     try:
-        wait_until(exists(store, "before"), 5, "the first pass")
+        wait_until(exists(store, "before"), "the first pass", timeout_s=5)
         for n in range(3):
             write(engine, ("add", f"o-{n}", {}))
-            wait_until(exists(store, f"o-{n}"), 5, "a relayed add")
+            wait_until(exists(store, f"o-{n}"), "a relayed add", timeout_s=5)
         stats = handle.stats()
         assert stats["applied"] == 4
         assert stats["listening"] == db_url.startswith("postgresql")

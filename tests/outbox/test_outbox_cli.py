@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from _outbox_db import sqlite_url
-from _wait import WAIT_S
+from _wait import WAIT_S, wait_until
 from sqlalchemy.orm import Session
 
 from actors import outbox
-from simulations.crash.local_redis import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NS = "outbox-cli"
 
 
@@ -107,7 +106,7 @@ def test_the_worker_relays_its_outbox(db: str, redis_server: Any, tmp_path: Path
             found = as_json(redelay("outbox", "status", "--db", db, "--json", *where))
             return bool(found["depth"] == 0)
 
-        wait_until(relayed, WAIT_S, "the worker's relay to drain the outbox")
+        wait_until(relayed, "the worker's relay to drain the outbox", timeout_s=WAIT_S)
         assert as_json(redelay("stats", "--json", *where))["totals"]["delayed"] == 3
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -195,6 +195,9 @@ class Verdict:
     duplicates: Duplicates
     lateness: Lateness
     checked: list[str] = field(default_factory=list)
+    # What became of the schedules' occurrences (not the ledger's jobs: ``outcomes`` leaves
+    # them out): made, and ended acked, dead or cancelled.
+    occurrences: dict[str, int] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[Failure]:
@@ -708,6 +711,24 @@ def check_schedules(ev: Evidence) -> list[Violation]:
     return found
 
 
+OCCURRENCE_ENDS = ("acked", "dead", "cancelled")
+
+
+def occurrence_outcomes(ev: Evidence) -> dict[str, int]:
+    """The schedules' occurrences, from the stream: how many were made, and how many ends of
+    each kind they had (a requeued dead occurrence that ends again counts twice)."""
+    counts: Counter[str] = Counter()
+    for _, fields in ev.audit:
+        if schedule_of(fields.get("i", "")) is None:
+            continue
+        event = fields.get("e", "")
+        if event == "added":
+            counts["made"] += 1
+        elif event in OCCURRENCE_ENDS:
+            counts[event] += 1
+    return {kind: counts[kind] for kind in ("made", *OCCURRENCE_ENDS)}
+
+
 # -- all together ------------------------------------------------------------------------------
 
 
@@ -728,7 +749,14 @@ def check_all(ev: Evidence) -> Verdict:
     violations += [v for v in outcome_violations if v.failure is Failure.STUCK]
     violations += check_late(ev, late)
     checked = [f.value for f in Failure if f is not Failure.USER_CHECK]  # run by the driver
-    return Verdict(violations, outcomes, duplicates, late, checked=checked)
+    return Verdict(
+        violations,
+        outcomes,
+        duplicates,
+        late,
+        checked=checked,
+        occurrences=occurrence_outcomes(ev),
+    )
 
 
 __all__ = [

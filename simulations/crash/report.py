@@ -97,6 +97,8 @@ def build(
             "stuck": verdict.outcomes.get("stuck", 0),
             "cancel_calls": len(ledger.cancels),
         },
+        # A schedule's occurrences are jobs the simulator did not add: counted apart.
+        "occurrences": verdict.occurrences,
         "runs": {
             "total": len(ledger.runs),
             "ok": outcomes.get("ok", 0),
@@ -133,6 +135,12 @@ def text(summary: dict[str, Any]) -> str:
         f"jobs: {j['added']} added; {j['acked']} acked, {j['dead']} dead, {j['cancelled']} "
         f"cancelled; {j['lost']} lost, {j['stuck']} stuck ({j['cancel_calls']} cancel calls)"
     )
+    o = summary.get("occurrences") or {}
+    if o.get("made"):
+        lines.append(
+            f"schedule occurrences: {o['made']} made; {o['acked']} acked, {o['dead']} dead, "
+            f"{o['cancelled']} cancelled"
+        )
     r = summary["runs"]
     lines.append(
         f"handler runs: {r['total']} (ok {r['ok']}, raised {r['error']}, never returned "

@@ -328,6 +328,35 @@ def test_the_first_failure_decides_the_exit_code(store: Store, fake_clock: FakeC
     assert verdict.exit_code == 10
 
 
+def test_the_summary_counts_a_schedules_occurrences_apart(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """An occurrence that died is in the summary, not hidden behind "0 dead" of the jobs the
+    simulator added."""
+    from actors import schedules
+    from simulations.crash import report
+
+    store.configure_topic("reports", TopicConfig(retry_ms=(0,)))
+    spec = schedules.spec(
+        "hourly", "reports", cron=None, every=3600, tz="UTC", body=None,
+        start_at_ms=None, misfire_policy="run_once",
+    )  # fmt: skip
+    _, first = store.schedule(spec)
+    assert first is not None
+    fake_clock.advance(3_600_000)
+    store.carry()
+    for _ in range(2):  # one retry step: the second failure is its death
+        (lease,) = store.lease("reports", 1, "w1.1")
+        assert lease.id == first
+        store.fail("reports", first, lease.token, "boom", 0)
+    ledger = LedgerData({}, [], [], [])
+    verdict = check_all(Evidence(ledger, store.audit_entries(), store.snapshot()))
+    assert verdict.occurrences == {"made": 2, "acked": 0, "dead": 1, "cancelled": 0}
+    summary = report.build("chaos", 1, "redelay simulate", {}, verdict, ledger, {})
+    assert summary["jobs"]["dead"] == 0 and summary["occurrences"]["dead"] == 1
+    assert "schedule occurrences: 2 made; 0 acked, 1 dead, 0 cancelled" in report.text(summary)
+
+
 def test_lateness_is_split_by_the_faults_before_it() -> None:
     runs = [
         RunRow(1, T, "calm", "t1", 1, 10_000, 10_050, "w"),

@@ -65,7 +65,10 @@ OLDEST_TESTS := tests/storage/test_held_connections.py tests/storage/test_async_
 	tests/storage/test_lazy_connect.py tests/storage/test_cluster_redis_py.py \
 	tests/storage/test_topology.py tests/storage/test_lost_replies.py \
 	tests/runtime/test_network_faults.py
-NEWEST_TESTS := $(OLDEST_TESTS)
+# The newest lane: the client layer, and the actors end to end on top of it.
+NEWEST_TESTS := $(OLDEST_TESTS) tests/runtime/test_queue_integration.py \
+	tests/runtime/test_notifier.py tests/runtime/test_listener.py tests/runtime/test_carrier.py \
+	tests/runtime/test_sweeper.py tests/runtime/test_pool.py tests/runtime/test_shutdown.py
 OLDEST_CLUSTER_VENV ?= .venv-oldest-cluster
 OLDEST_CLUSTER_REDIS_PY := 7.2.1
 OLDEST_CLUSTER_TESTS := tests/storage/test_cluster.py tests/storage/test_async_topologies.py \
@@ -89,10 +92,10 @@ newest:
 	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade pip
 	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[test,embedded]'
 	$(NEWEST_VENV)/bin/python -c 'import redis; print("newest lane: redis-py", redis.__version__)'
-	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider $(NEWEST_TESTS)
+	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider $(XDIST) $(NEWEST_TESTS)
 
 oldest: $(OLDEST_VENV)/.installed-stamp $(OLDEST_CLUSTER_VENV)/.installed-stamp
-	$(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(OLDEST_TESTS)
+	$(OLDEST_VENV)/bin/pytest -q -p no:cacheprovider $(XDIST) $(OLDEST_TESTS)
 	$(OLDEST_CLUSTER_VENV)/bin/pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
 		$(OLDEST_CLUSTER_TESTS)
 

@@ -14,7 +14,10 @@ from typing import Any
 from actors.cli.context import Context
 from actors.cli.output import usage_error
 
-INSTALL_HINT = "needs the dashboard extra: pip install 'redelay[dashboard]'"
+INSTALL_HINT = (
+    "needs the dashboard extra: pip install '.[dashboard]' in a redelay checkout (redelay is not "
+    "on PyPI yet), or pip install starlette jinja2 python-multipart uvicorn"
+)
 ENV_TOKEN = "REDELAY_DASHBOARD_TOKEN"
 
 

@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 ENV_DB = "REDELAY_OUTBOX_DB"
-INSTALL_HINT = "needs SQLAlchemy (the outbox extra): pip install 'redelay[outbox]' and a driver"
+INSTALL_HINT = (
+    "needs SQLAlchemy (the outbox extra): pip install sqlalchemy (or '.[outbox]' in a redelay "
+    "checkout) and a driver"
+)
 
 
 def add_db_option(parser: argparse.ArgumentParser, required: bool) -> None:

@@ -1,7 +1,7 @@
 """A PNG of lateness over time with the faults marked, for when a picture says it faster.
 
-Needs matplotlib (``pip install 'redelay[sim]'``); without it the chart is skipped with a message
-and everything else still runs.
+Needs matplotlib (the ``sim`` extra: ``pip install '.[sim]'`` in a redelay checkout); without it
+the chart is skipped with a message and everything else still runs.
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ def draw(
         matplotlib.use("Agg")  # no display needed
         import matplotlib.pyplot as plt
     except ImportError:
-        return "skipped: matplotlib is not installed (pip install 'redelay[sim]')"
+        return (
+            "skipped: matplotlib is not installed (the sim extra: pip install matplotlib, or "
+            "pip install '.[sim]' in a redelay checkout)"
+        )
 
     divisor = 3_600_000 if time_unit == "h" else 1_000
     figure, axes = plt.subplots(figsize=(12, 5), dpi=100)

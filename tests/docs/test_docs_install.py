@@ -61,3 +61,29 @@ def test_the_readmes_setup_commands_are_makefile_targets() -> None:
     for target in ("test", "demo"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"no `{target}` target"
+
+
+# Extras for working on redelay itself, not for its users.
+DEVELOPMENT_EXTRAS = {"test", "bench"}
+
+
+def test_the_readme_names_every_extra_a_user_installs() -> None:
+    install = (ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `([a-z]+)` \|", install, re.MULTILINE))
+    assert named == EXTRAS - DEVELOPMENT_EXTRAS
+
+
+def test_every_install_hint_in_the_code_can_be_followed() -> None:
+    """A message telling a user to `pip install 'redelay[x]'` cannot work while redelay is not
+    on PyPI: hints name a checkout, a wheel, or the packages themselves."""
+    sources = [*(ROOT / "actors").rglob("*.py"), *(ROOT / "simulations").rglob("*.py")]
+    hints = [
+        (path, target.strip("'\""))
+        for path in sources
+        for target in PIP_INSTALL.findall(path.read_text())
+    ]
+    assert len(hints) >= 5, hints  # the extras' hints were found at all
+    for path, target in hints:
+        base, extras = split_extras(target)
+        assert base != NAME, f"{path.relative_to(ROOT)}: pip install {target}"
+        assert extras <= EXTRAS, f"{path.relative_to(ROOT)}: unknown extras {extras - EXTRAS}"

@@ -29,7 +29,8 @@ from _wait import wait_until
 from actors.cli.app import subcommand_names
 from actors.cli.output import Exit
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 BLOCK_RE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 NOT_RUN = ("pip install", "redelay demo")
 # Prose says "a few seconds later": before these commands, wait for what the prose promises.
@@ -183,6 +184,16 @@ def test_cli_page_examples_run(reader: Reader) -> None:
 
 
 # -- docs/cli.md against the parser -----------------------------------------------------------
+
+
+def test_the_readme_and_the_index_list_every_subcommand() -> None:
+    readme = (ROOT / "README.md").read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"[a-z]+", readme.split("`redelay ", 1)[1].split("`", 1)[0]))
+    assert set(subcommand_names()) <= listed, set(subcommand_names()) - listed
+    items = (DOCS / "index.md").read_text().split("\n- ")
+    index = next(item for item in items if "(cli.md)" in item)
+    listed = set(re.findall(r"`(?:redelay )?([a-z]+)`", index))
+    assert set(subcommand_names()) <= listed, set(subcommand_names()) - listed
 
 
 def test_cli_page_documents_every_subcommand_and_exit_code() -> None:

@@ -339,6 +339,16 @@ def test_bodies_and_reasons_are_escaped_and_odd_ids_link(store: Store, url: str)
         assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in body, path
 
 
+def test_the_job_page_tells_a_job_that_ended_from_one_never_added(store: Store, url: str) -> None:
+    store.add(store.new_job("later", "j1", None, delay_ms=600_000))
+    store.cancel("later", "j1")
+    status, page, _ = fetch(url + "/job?topic=later&id=j1")
+    assert status == 200 and "does not exist any more" in page and "<b>cancelled</b>" in page
+    status, page, _ = fetch(url + "/job?topic=later&id=typo")
+    assert status == 404 and "it was never added here" in page
+    assert "acked, cancelled or purged" not in page and "any more" not in page
+
+
 def test_a_bad_topic_or_cursor_is_a_clear_400(url: str) -> None:
     status, body, _ = fetch(url + "/topic?name=a%7Cb")
     assert status == 400 and "topic" in body

@@ -444,8 +444,20 @@ class DelayQueue:
         topic, or every dead job. Returns how many were requeued."""
         return self._each_dead_batch(self.store.requeue_dead, topic, job_id)
 
-    def purge_dead(self, topic: str | None = None, job_id: str | None = None) -> int:
-        """Deletes dead jobs, chosen like requeue_dead. Returns how many were deleted."""
+    def purge_dead(
+        self, topic: str | None = None, job_id: str | None = None, *, all: bool = False
+    ) -> int:
+        """Deletes dead jobs, chosen like requeue_dead; every dead job of the namespace only
+        with ``all=True`` (as ``redelay dead purge --all``), never for a call that forgot its
+        topic. Returns how many were deleted."""
+        if topic is None and job_id is None and not all:
+            raise ValidationError(
+                "topic",
+                "purge_dead() without a topic would delete every dead job of the namespace",
+                "a topic (and an id), or all=True",
+            )
+        if all and (topic is not None or job_id is not None):
+            raise ValidationError("all", "all=True takes no topic or id", "all=True alone")
         return self._each_dead_batch(self.store.purge_dead, topic, job_id)
 
     def _each_dead_batch(

@@ -404,3 +404,25 @@ def test_add_many_refuses_an_item_that_is_not_a_mapping(
     queue = DelayQueue(redis_client, "facade", clock=fake_clock, producer_only=True)
     error = refused(queue.store, lambda: queue.add_many(batch), field, "mapping")
     assert "must be" in error.message, error
+
+
+def test_purge_dead_of_every_topic_needs_all_true(
+    redis_client: redis.Redis, fake_clock: FakeClock
+) -> None:
+    """The CLI demands --all; a call that forgot its topic must not empty the dead set."""
+    from actors import DelayQueue
+
+    queue = DelayQueue(redis_client, "facade", clock=fake_clock, producer_only=True)
+    store = queue.store
+    for topic in ("a", "b"):
+        store.add(store.new_job(topic, "d", retry_ms=[0]))
+        for _ in range(2):
+            (lease,) = store.lease(topic, 1)
+            store.fail(topic, "d", lease.token, "boom", 0)
+    error = refused(store, lambda: queue.purge_dead(), "topic", "all=True")
+    assert "every dead job" in error.message
+    refused(store, lambda: queue.purge_dead("a", all=True), "all")
+    assert len(store.dead(None, 10)) == 2
+    assert queue.purge_dead("a") == 1
+    assert queue.purge_dead(all=True) == 1
+    assert store.dead(None, 10) == []

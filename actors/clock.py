@@ -147,15 +147,19 @@ class SystemClock:
         self._asleep = False
         self._asleep_until_ms: int | None = None
 
+    def _local_ms(self) -> float:
+        """The local reading the offset is added to: the wall clock."""
+        return time.time() * 1000
+
     def now_ms(self) -> int:
-        return int(time.time() * 1000 + self._offset_ms)
+        return int(self._local_ms() + self._offset_ms)
 
     def seconds_until(self, at_ms: int) -> float:
         """How long until this clock reads ``at_ms`` (0 or less once it does), from the exact
         time. Not ``at_ms - now_ms()``: now_ms() truncates, so a wait of that long ended up to a
         millisecond after ``at_ms``, half a millisecond on average, and every timer (the
         carrier's at each due time among them) fired that much late."""
-        return (at_ms - (time.time() * 1000 + self._offset_ms)) / 1000
+        return (at_ms - (self._local_ms() + self._offset_ms)) / 1000
 
     def call_at(self, at_ms: int, callback: Callback) -> Timer:
         timer = self._timers.timer(at_ms, callback)
@@ -216,7 +220,7 @@ SYNC_SAMPLES = 3
 
 @dataclass(frozen=True, slots=True)
 class TimeSample:
-    """One TIME reply and the local wall clock (seconds) just before and after asking."""
+    """One TIME reply and the local clock (seconds) just before and after asking."""
 
     before_s: float
     server_s: int
@@ -246,21 +250,59 @@ def best_offset(samples: list[TimeSample]) -> tuple[float, float]:
     return best
 
 
-class RedisSyncedClock(SystemClock):
-    """The system clock corrected to the Redis server's ``TIME``.
+class ServerTimeClock(SystemClock):
+    """The server's clock, estimated on this host's monotonic clock.
 
-    Processes whose system clocks are skewed still agree on when a job is due. The offset is
-    measured at start and refreshed every ``refresh_ms``. What remains is at most the round trip
-    of the measurement, always behind the server (see :func:`best_offset`), plus the local clock's
-    drift between refreshes: well under a millisecond on loopback, a few ms across a data centre
-    (see docs/lifecycle.md).
+    The offset between the two is measured with ``TIME`` (:meth:`take`), and nothing else moves
+    the estimate: a step of the wall clock (an NTP step, ``date -s``) changes neither the time
+    nor the timers, which wait on the monotonic clock. What remains between measurements is the
+    monotonic clock's drift (it is slewed, never stepped). The base of :class:`RedisSyncedClock`
+    and of the async store's clock, which only differ in how they ask for ``TIME``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_rtt_ms = 0.0
+        self._wall_offset_ms = 0.0
+
+    def _local_ms(self) -> float:
+        return time.monotonic() * 1000
+
+    @staticmethod
+    def local_s() -> float:
+        """The reading a :class:`TimeSample` takes before and after asking for ``TIME``."""
+        return time.monotonic()
+
+    def take(self, samples: list[TimeSample]) -> float:
+        """Follows the server by ``samples`` (see :func:`best_offset`); returns the offset of
+        the server's clock from this host's wall clock, in ms."""
+        self.last_rtt_ms, self._offset_ms = best_offset(samples)
+        # Both readings together: how far the wall clock is from the monotonic one right now.
+        self._wall_offset_ms = self._offset_ms + time.monotonic() * 1000 - time.time() * 1000
+        return self._wall_offset_ms
+
+    @property
+    def offset_ms(self) -> float:
+        """How far the server's clock was ahead of this host's wall clock at the last sync."""
+        return self._wall_offset_ms
+
+
+class RedisSyncedClock(ServerTimeClock):
+    """The Redis server's ``TIME``, followed on this host's monotonic clock.
+
+    Processes whose system clocks are skewed still agree on when a job is due, and a process
+    whose wall clock steps keeps the same time and timers. The offset is measured at start and
+    refreshed every ``refresh_ms``. What remains is at most the round trip of the measurement,
+    always behind the server (see :func:`best_offset`), plus the monotonic clock's drift between
+    refreshes: well under a millisecond on loopback, a few ms across a data centre (see
+    docs/lifecycle.md). The scripts judge due times by the server's clock in any case: this one
+    only times the waits.
     """
 
     def __init__(self, client: redis.Redis, refresh_ms: int = 60_000) -> None:
         super().__init__()
         self._client = client
         self._refresh_ms = refresh_ms
-        self.last_rtt_ms = 0.0
         self._stop = threading.Event()
         self.sync()
         # Refreshing waits on the network (up to the client's timeouts and retries when Redis is
@@ -272,18 +314,13 @@ class RedisSyncedClock(SystemClock):
         self._syncer.start()
 
     def sync(self) -> float:
-        """Measures the offset to the server; returns it in ms."""
+        """Measures the offset to the server; returns it in ms (see :attr:`offset_ms`)."""
         samples = []
         for _ in range(SYNC_SAMPLES):
-            before = time.time()
+            before = self.local_s()
             seconds, micros = self._client.time()
-            samples.append(TimeSample(before, seconds, micros, time.time()))
-        self.last_rtt_ms, self._offset_ms = best_offset(samples)
-        return self._offset_ms
-
-    @property
-    def offset_ms(self) -> float:
-        return self._offset_ms
+            samples.append(TimeSample(before, seconds, micros, self.local_s()))
+        return self.take(samples)
 
     def _refresh(self) -> None:
         try:

@@ -26,7 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from actors import _constants as c
 from actors import _validation as validation
 from actors._validation import IfExists
-from actors.clock import SYNC_SAMPLES, SystemClock, TimeSample, best_offset
+from actors.clock import SYNC_SAMPLES, ServerTimeClock, TimeSample
 from actors.errors import ConfigError, JobExistsError, PartialAddError
 from actors.lifecycle import State
 from actors.schedules import ScheduleInfo, ScheduleSpec
@@ -65,8 +65,8 @@ log = logging.getLogger("actors.async_store")
 # A job's events are read from its shard's stream this many entries at a time.
 
 
-class ServerClock(SystemClock):
-    """The local clock corrected to the server's ``TIME``, synced on the event loop.
+class ServerClock(ServerTimeClock):
+    """The server's ``TIME`` on this host's monotonic clock, synced on the event loop.
 
     Like :class:`actors.clock.RedisSyncedClock` without its thread: :meth:`refresh` is awaited
     before each operation and measures again once the last measurement is ``refresh_ms`` old.
@@ -77,18 +77,17 @@ class ServerClock(SystemClock):
         self._client = client
         self._refresh_ms = refresh_ms
         self._synced_at: float | None = None
-        self.last_rtt_ms = 0.0
 
     async def sync(self) -> float:
-        """Measures the offset to the server; returns it in ms."""
+        """Measures the offset to the server; returns it in ms (see ``offset_ms``)."""
         samples = []
         for _ in range(SYNC_SAMPLES):
-            before = time.time()
+            before = self.local_s()
             seconds, micros = await self._client.time()
-            samples.append(TimeSample(before, seconds, micros, time.time()))
-        self.last_rtt_ms, self._offset_ms = best_offset(samples)
+            samples.append(TimeSample(before, seconds, micros, self.local_s()))
+        offset_ms = self.take(samples)
         self._synced_at = time.monotonic()
-        return self._offset_ms
+        return offset_ms
 
     async def refresh(self) -> None:
         if self._synced_at is None:

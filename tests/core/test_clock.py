@@ -365,6 +365,25 @@ def test_synced_clock_offset_is_behind_by_at_most_a_round_trip_on_loopback(
         clock.close()
 
 
+def test_a_synced_clock_keeps_its_time_and_timers_when_the_wall_clock_steps(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An NTP step or `date -s` on a worker's host: the server's time has not moved.
+    clock = RedisSyncedClock(redis_client)
+    try:
+        real_time = time.time
+        fired = threading.Event()
+        for step_s in (60, -60):
+            monkeypatch.setattr(time, "time", lambda step_s=step_s: real_time() + step_s)
+            assert abs(clock.now_ms() - server_ms(redis_client)) < 1_000
+            clock.call_later(300, fired.set)
+            assert not fired.wait(0.1)  # a step forward fires no timer early
+            assert fired.wait(WAIT_S)  # and a step back holds none up
+            fired.clear()
+    finally:
+        clock.close()
+
+
 def test_synced_clock_is_a_clock(redis_client: redis.Redis) -> None:
     clocks: list[Clock] = [FakeClock(), SystemClock(), RedisSyncedClock(redis_client)]
     for clock in clocks:

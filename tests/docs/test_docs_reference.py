@@ -330,7 +330,7 @@ def test_every_record_field_is_in_the_record_table() -> None:
     in_code = set(re.findall(r"``([a-z])``", _record.__doc__))
     text = (DOCS / "redis-layout.md").read_text().split("## The job record", 1)[1]
     in_docs = set(re.findall(r"^\| `([a-z])` \|", text, re.MULTILINE))
-    assert in_docs == in_code == set("bdanrlcxtpsh")
+    assert in_docs == in_code == set("bdanrlcxtpshw")
 
 
 @pytest.mark.parametrize(

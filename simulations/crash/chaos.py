@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import redis
 
@@ -441,7 +441,8 @@ def reproduce_command(args: argparse.Namespace, seed: int) -> str:
     return " ".join(parts)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, summary_out: TextIO | None = None) -> int:
+    """One run; the summary goes to ``summary_out`` (stdout when None)."""
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     shards = args.shards if args.cluster else None
     settings = derive(seed, args.duration, args.appendfsync, shards, backlog=args.backlog)
@@ -519,7 +520,7 @@ def run(args: argparse.Namespace) -> int:
         {"notes": notes, **extra},
     )
     report.save(summary, out / "summary.json")
-    report.emit(summary, args.json)
+    report.emit(summary, args.json, summary_out)
     return int(summary["exit_code"])
 
 
@@ -594,8 +595,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if not 1 <= args.shards <= 64:
         print("simulation: --shards must be from 1 to 64", file=sys.stderr)
         return EXIT_USAGE
+    with report.user_prints_to_stderr() as summary_out:
+        return _run_reporting_errors(args, summary_out)
+
+
+def _run_reporting_errors(args: argparse.Namespace, summary_out: TextIO) -> int:
     try:
-        return run(args)
+        return run(args, summary_out)
     except SystemExit as exc:
         if not isinstance(exc.code, str):
             raise

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from actors.errors import RedisServerNotFound
 
@@ -258,7 +258,8 @@ def reproduce_command(seed: int, mode: str, args: argparse.Namespace) -> str:
     return f"{args.prog} --seed {seed}{flag}{extra}"
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, summary_out: TextIO | None = None) -> int:
+    """One run; the summary goes to ``summary_out`` (stdout when None)."""
     mode = "ci" if args.ci else "soak" if args.soak else "default"
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     settings = derive(seed, mode, args.hours)
@@ -346,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     report.save(summary, out / "summary.json")
-    report.emit(summary, args.json)
+    report.emit(summary, args.json, summary_out)
     return int(summary["exit_code"])
 
 
@@ -422,8 +423,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser.parse_args(argv)
     if args.hours is not None and not 0 < args.hours <= 24 * 365:
         parser.error("--hours must be above 0 and at most a year")
+    with report.user_prints_to_stderr() as summary_out:
+        return _run_reporting_errors(args, summary_out)
+
+
+def _run_reporting_errors(args: argparse.Namespace, summary_out: TextIO) -> int:
     try:
-        return run(args)
+        return run(args, summary_out)
     except SystemExit as exc:
         if not isinstance(exc.code, str):
             raise

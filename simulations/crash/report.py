@@ -4,10 +4,12 @@ and at the end a summary (text, or JSON with ``--json``) with the command that r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -199,6 +201,16 @@ def save_audit(entries: list[tuple[str, dict[str, str]]], path: Path) -> None:
     with path.open("w") as out:
         for entry_id, fields in entries:
             out.write(json.dumps({"id": entry_id, **fields}) + "\n")
+
+
+@contextlib.contextmanager
+def user_prints_to_stderr() -> Iterator[TextIO]:
+    """While a simulation runs, ``sys.stdout`` is stderr: a ``print()`` in the user's handlers,
+    body function or check lands there, not in the summary (``--json`` promises one document
+    on stdout). Yields the real stdout, for :func:`emit`."""
+    summary_out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        yield summary_out
 
 
 def emit(summary: dict[str, Any], as_json: bool, stream: TextIO | None = None) -> None:

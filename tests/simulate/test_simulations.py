@@ -731,6 +731,36 @@ def test_redelay_simulate_fails_a_non_idempotent_handler_with_exit_18(tmp_path: 
     assert refunds.is_file()  # the handlers' records are kept with the run
 
 
+CHATTY_APP = """
+from actors import DelayQueue
+
+def register(queue: DelayQueue) -> None:
+    @queue.handler("chatty")
+    def handle(job):
+        print("handled", job.id)
+
+def body(topic, job_id):
+    print("body for", job_id)
+    return {"id": job_id}
+
+def check():
+    print("checking")
+"""
+
+
+@pytest.mark.slow
+def test_a_print_in_your_code_does_not_reach_the_json_summary(tmp_path: Path) -> None:
+    """--json promises one document on stdout: the user's prints go to stderr."""
+    (tmp_path / "chatty.py").write_text(CHATTY_APP)
+    args = ["--seed", "3", "--ci", "--hours", "0.02", "--json", "--out", str(tmp_path / "out")]
+    args += ["--app", "chatty:register", "--bodies", "chatty:body", "--check", "chatty:check"]
+    done = _redelay_simulate(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)  # the summary alone
+    assert summary["user_check"]["result"] == "ok" and summary["jobs"]["acked"] > 0
+    assert "checking" in done.stderr and "handled" in done.stderr and "body for" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -8,6 +8,7 @@ Exit codes are in :class:`actors.cli.output.Exit` and docs/cli.md.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import signal
@@ -286,6 +287,38 @@ def parse(words: Sequence[str], json_output: bool) -> argparse.Namespace:
     return build_parser(json_output).parse_args(words)
 
 
+def _option_strings() -> list[str]:
+    """Every --option of every command (the whole parser: only built on a usage error)."""
+    found: set[str] = set()
+    parsers = [build_parser()]
+    while parsers:
+        parser = parsers.pop()
+        for action in parser._actions:
+            found.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    return sorted(found)
+
+
+def option_hint(words: Sequence[str]) -> str:
+    """What a misspelt option was meant to be: argparse says "unrecognized arguments", or takes
+    the option's value for the command ("invalid choice: 'shop'" for --namespce shop)."""
+    known: list[str] | None = None
+    hints = []
+    for word in words:
+        if word == "--":
+            break
+        if not word.startswith("--"):
+            continue
+        name = word.split("=", 1)[0]
+        known = _option_strings() if known is None else known
+        if any(option.startswith(name) for option in known):
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name} is no option" + (f"; did you mean {close[0]}?" if close else ""))
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 def _run_demo(ctx: Context, args: argparse.Namespace) -> int:
     from actors.cli.demo import run_demo  # imports the actors; only the demo needs them
 
@@ -331,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse(words, json_requested(words))
     except UsageError as exc:
         print(exc.usage, end="", file=sys.stderr)
-        return _fail(json_requested(words), exc)
+        hint = option_hint(words)
+        return _fail(json_requested(words), UsageError(str(exc) + hint, exc.usage) if hint else exc)
     ctx = Context(
         args,
         json=getattr(args, "json", False),

@@ -123,6 +123,22 @@ def test_the_console_script_is_installed() -> None:
     assert result.returncode == 0 and "usage: redelay" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["--namespce", "shop", "stats"], "--namespce is no option; did you mean --namespace?"),
+        (["stats", "--namspace=shop"], "did you mean --namespace?"),
+        (["add", "t", "x", "--dealy", "5"], "--dealy is no option; did you mean --delay?"),
+        (["stats", "--zzzzzz"], "--zzzzzz is no option)"),
+    ],
+)
+def test_a_misspelt_option_is_named_with_the_one_meant(args: list[str], hint: str) -> None:
+    result = run(*args, "--json")
+    assert result.returncode == 2
+    assert hint in json.loads(result.stdout)["message"]
+    assert hint in result.stderr
+
+
 def test_unknown_subcommand_and_missing_arguments_exit_2() -> None:
     assert run("frobnicate").returncode == 2
     assert run("add", "only-topic").returncode == 2

@@ -50,6 +50,8 @@ GATES_KEY: Final = "gates"  # HASH "<topic>|paused|rate|flight|tat" -> a topic's
 WAKE_CHANNEL: Final = "wake"  # pub/sub channel: a delayed job became the earliest
 READY_CHANNEL: Final = "ready"  # pub/sub channel: a topic's ready list has jobs to lease
 SLOT_PROBE_KEY: Final = "slot-probe"  # never created: EXISTS on it detects a migrating slot
+# STRING per job the outbox relay applied a write for: "outbox:<member>" -> the write's token.
+OUTBOX_MARKER_PREFIX: Final = "outbox:"
 
 # Recurring schedules (actors/schedules.py re-exports these; the scripts read them too).
 # An occurrence carried later than this after its time was missed: with misfire="skip" dropped.

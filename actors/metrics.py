@@ -229,6 +229,55 @@ class RedisCollector:
             yield restarts
 
 
+class OutboxCollector:
+    """The transactional outbox (actors/outbox): read at scrape time from the database, rows
+    waiting and the oldest one's age (the lag the next relay pass will have); given ``relay``
+    (a running relay's ``stats``), what this process's relay did."""
+
+    def __init__(
+        self,
+        status: Callable[[], tuple[int, int | None]],
+        relay: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        self._status, self._relay = status, relay
+
+    def collect(self) -> Iterable[Metric]:
+        rows = GaugeMetricFamily("redelay_outbox_rows", "Outbox rows the relay has yet to move.")
+        oldest = GaugeMetricFamily(
+            "redelay_outbox_oldest_seconds",
+            "How long the oldest outbox row has waited (0 when none): its job is that late.",
+        )
+        up = GaugeMetricFamily(
+            "redelay_outbox_up", "1 when this scrape read the outbox from the database, else 0."
+        )
+        try:
+            depth, oldest_ms = self._status()
+        except Exception as exc:  # the database is the application's: any driver's error
+            log.warning("metrics: reading the outbox failed: %s", exc)
+            up.add_metric([], 0)
+        else:
+            rows.add_metric([], depth)
+            oldest.add_metric([], (oldest_ms or 0) / 1000)
+            up.add_metric([], 1)
+        yield rows
+        yield oldest
+        yield up
+        if self._relay is not None:
+            stats = self._relay()
+            relayed = CounterMetricFamily(
+                "redelay_outbox_relayed",
+                "Outbox writes this process's relay applied to Redis.",
+            )
+            relayed.add_metric([], stats.get("applied", 0))
+            yield relayed
+            lag = GaugeMetricFamily(
+                "redelay_outbox_relay_lag_seconds",
+                "How long the oldest row of this relay's last pass had waited when applied.",
+            )
+            lag.add_metric([], stats.get("lag_ms", 0) / 1000)
+            yield lag
+
+
 def registry(queue: DelayQueue) -> CollectorRegistry:
     """The queue's metrics registry, made on the first call (the same one after that).
 

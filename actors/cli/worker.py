@@ -122,6 +122,11 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     metrics = None if args.metrics_port is None else serve_metrics(queue, args)
     queue.start(gc_freeze=args.gc_freeze)
     relay = None if args.outbox_db is None else start_outbox_relay(queue, args.outbox_db)
+    if relay is not None and metrics is not None:
+        from actors.metrics import registry
+        from actors.outbox.actor import outbox_collector
+
+        registry(queue).register(outbox_collector(relay))
     log.info("worker started (pid %d, %s); stop with SIGTERM or Ctrl-C", os.getpid(), args.target)
     # With --json the worker prints a stream of events, one compact document per line; the last
     # one says how it ended (with the error fields when it failed), so nothing follows it.

@@ -34,7 +34,6 @@ from actors.storage.store import Store
 # A marker outlives any row it guards: a row not relayed within this long (a relay down for a
 # week) and found applied could be applied a second time.
 MARKER_TTL_MS = 7 * 86_400_000
-_MARKER = "outbox:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +74,7 @@ def _apply_shard(
 ) -> tuple[int, int, int]:
     keys = store.shard_keys[shard]
     members = [member(row.topic, row.job_id) for row in rows]
-    markers = [keys.prefix + _MARKER + m for m in members]
+    markers = [keys.outbox_marker(m) for m in members]
     node = _node(store, keys.jobs)
     keeping = [n for n, row in enumerate(rows) if row.op == "add"]
     check = node.pipeline(transaction=False)

@@ -155,13 +155,19 @@ class OutboxRow:
         return redis_now_ms - self.age_ms + (self.delay_ms or 0)
 
     def job(self, redis_now_ms: int) -> NewJob:
+        """The job to add. While its due time is ahead, what is left of the delay goes as the
+        job's delay, which the add script counts from Redis's own TIME; once late, the due time
+        stays the past one it was, so the job's lateness shows the relay's."""
         retry = None if self.retry_ms is None else tuple(orjson.loads(self.retry_ms))
+        due = self.due_ms(redis_now_ms)
+        left = None if self.at_ms is not None or due <= redis_now_ms else due - redis_now_ms
         return NewJob(
             topic=self.topic,
             id=self.job_id,
             body=self.body if self.body is not None else b"null",
-            due_ms=self.due_ms(redis_now_ms),
+            due_ms=due,
             retry_ms=retry,
             lease_ms=self.lease_ms,
             callback=self.callback,
+            delay_ms=left,
         )

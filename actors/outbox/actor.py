@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from actors.outbox._table import NOTIFY_CHANNEL
 from actors.outbox._wake import CommitWaiter
-from actors.outbox.relay import DEFAULT_BATCH, DEFAULT_LAG_WARN_MS, DEFAULT_POLL_S, Relay
+from actors.outbox.relay import DEFAULT_BATCH, DEFAULT_LAG_WARN_MS, DEFAULT_POLL_S, Relay, status
 from actors.runtime.messages import Stats
 from actors.storage.store import Store
 
@@ -107,3 +107,15 @@ def start_relay(
     worker) in this process; ``stop()`` the handle before the queue."""
     relay = Relay(engine, store, batch=batch, poll_s=poll_s, lag_warn_ms=lag_warn_ms)
     return RelayHandle(relay)
+
+
+def outbox_collector(handle: RelayHandle) -> Any:
+    """A Prometheus collector of the outbox and of ``handle``'s relay (actors.metrics; the
+    metrics extra), to register in the queue's registry (``actors.metrics.registry(queue)``)."""
+    from actors.metrics import OutboxCollector
+
+    def read() -> tuple[int, int | None]:
+        found = status(handle.relay.engine)
+        return found.depth, found.oldest_ms
+
+    return OutboxCollector(read, handle.relay.stats)

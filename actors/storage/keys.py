@@ -120,6 +120,10 @@ class ShardKeys:
     def ready(self, topic: str) -> str:
         return self.prefix + c.READY_KEY_PREFIX + topic
 
+    def outbox_marker(self, member: str) -> str:
+        """The token of the outbox write last applied to the job (actors/outbox/_apply.py)."""
+        return self.prefix + c.OUTBOX_MARKER_PREFIX + member
+
 
 # The field of each history index generation that holds when it began (lua/_lib.lua).
 HISTORY_GENERATION_FIELD = c.HISTORY_GENERATION_FIELD

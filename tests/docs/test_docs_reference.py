@@ -269,7 +269,7 @@ def key_names_in_code() -> list[str]:
     names += [keys.counts, keys.seq, keys.audit, keys.history, keys.history_previous]
     names += [keys.gates, keys.wake_channel]
     names += [keys.ready("<topic>")]
-    names += [keys.ready_channel, keys.slot_probe]
+    names += [keys.ready_channel, keys.slot_probe, keys.outbox_marker("<member>")]
     shard_keys = {name.replace(keys.prefix, "<prefix>", 1) for name in names}
     # Names the scripts build themselves, e.g. `prefix .. READY_KEY_PREFIX .. topic`.
     for path in sorted(lua_dir().glob("*.lua")):

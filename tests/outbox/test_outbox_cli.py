@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def db(tmp_path: Path) -> str:
         outbox.create(conn)
     with Session(engine) as session, session.begin():
         for n in range(3):
-            outbox.add(session, "orders", f"o-{n}", delay=60)
+            outbox.add(session, "orders", f"o-{n}", delay=3600)
     engine.dispose()
     return url
 
@@ -89,9 +90,12 @@ def handle(job: Job) -> None:
 
 
 def test_the_worker_relays_its_outbox(db: str, redis_server: Any, tmp_path: Path) -> None:
-    (tmp_path / "shopworker.py").write_text(WORKER.format(url=redis_server.url, ns=NS))
+    ns = f"{NS}-worker"  # not the namespace the other tests relayed the same ids into
+    (tmp_path / "shopworker.py").write_text(WORKER.format(url=redis_server.url, ns=ns))
+    command = [sys.executable, "-m", "actors.cli", "worker", "shopworker:queue"]
+    command += ["--outbox-db", db, "--json", "--metrics-port", "0"]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "actors.cli", "worker", "shopworker:queue", "--outbox-db", db],
+        command,
         cwd=tmp_path,
         env=env(),
         stdout=subprocess.PIPE,
@@ -100,14 +104,21 @@ def test_the_worker_relays_its_outbox(db: str, redis_server: Any, tmp_path: Path
     )
     client = redis_server.client()
     try:
-        where = ["--redis", redis_server.url, "--namespace", NS]
+        where = ["--redis", redis_server.url, "--namespace", ns]
 
         def relayed() -> bool:
             found = as_json(redelay("outbox", "status", "--db", db, "--json", *where))
             return bool(found["depth"] == 0)
 
+        assert worker.stdout is not None
+        metrics_url = json.loads(worker.stdout.readline())["metrics"]
         wait_until(relayed, "the worker's relay to drain the outbox", timeout_s=WAIT_S)
         assert as_json(redelay("stats", "--json", *where))["totals"]["delayed"] == 3
+        with urllib.request.urlopen(metrics_url, timeout=WAIT_S) as response:
+            scraped = response.read().decode()
+        assert "redelay_outbox_rows 0.0" in scraped
+        assert "redelay_outbox_relayed_total 3.0" in scraped
+        assert "redelay_outbox_up 1.0" in scraped
     finally:
         worker.send_signal(signal.SIGTERM)
         _, stderr = worker.communicate(timeout=WAIT_S)

@@ -10,12 +10,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 import sqlalchemy as sa
 from _wait import WAIT_S, wait_until
 from sqlalchemy.orm import Session
 
 from actors import outbox
-from actors.clock import FakeClock
+from actors.clock import FakeClock, RedisSyncedClock
 from actors.outbox._apply import apply_rows
 from actors.outbox._rows import OutboxRow
 from actors.outbox._table import db_now_ms
@@ -276,3 +277,35 @@ def test_the_worker_actor_relays_each_commit_and_stops(
         handle.stop()
     assert not handle._thread.is_alive()
     assert not handle._ref.is_alive()
+
+
+def test_a_delay_counts_from_redis_time_on_a_synced_clock(
+    engine: sa.Engine, redis_client: redis.Redis
+) -> None:
+    synced = Store(redis_client, "test", RedisSyncedClock(redis_client))
+    write(engine, ("add", "o-1", {"delay": 10}))
+    Relay(engine, synced).relay_once()
+    seconds, micros = redis_client.time()
+    redis_now_ms = seconds * 1000 + micros // 1000
+    info = synced.get("orders", "o-1")
+    assert info is not None
+    assert redis_now_ms + 10_000 - 5_000 <= info.due_ms <= redis_now_ms + 10_000
+
+
+def test_the_metrics_read_the_outbox_and_survive_a_failed_read(engine: sa.Engine) -> None:
+    from actors.metrics import OutboxCollector
+
+    write(engine, ("add", "o-1", {}), ("add", "o-2", {}))
+
+    def read() -> tuple[int, int | None]:
+        found = status(engine)
+        return found.depth, found.oldest_ms
+
+    samples = {s.name: s.value for m in OutboxCollector(read).collect() for s in m.samples}
+    assert (samples["redelay_outbox_rows"], samples["redelay_outbox_up"]) == (2, 1)
+
+    def broken() -> tuple[int, int | None]:
+        raise sa.exc.OperationalError("SELECT", {}, Exception("database is down"))
+
+    samples = {s.name: s.value for m in OutboxCollector(broken).collect() for s in m.samples}
+    assert samples == {"redelay_outbox_up": 0}

@@ -94,7 +94,15 @@ class Context:
             client.ping()
         except (ValueError, ConfigError) as exc:
             raise CliError(Exit.USAGE, "usage", f"--redis: {exc}") from None
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except redis.TimeoutError as exc:
+            if "connecting" in str(exc).lower():
+                raise no_redis(f"cannot connect to Redis at {where}: {exc}") from None
+            # Connected, and then silence: what an HTTP or TLS server does with a Redis PING.
+            raise no_redis(
+                f"cannot connect to Redis at {where}: it accepted the connection but did not "
+                f"answer PING ({exc}); is it a Redis server, and the right port?"
+            ) from None
+        except (redis.ConnectionError, OSError) as exc:
             raise no_redis(f"cannot connect to Redis at {where}: {exc}") from None
         except redis.exceptions.InvalidResponse as exc:
             raise not_redis(where, exc) from None

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from actors._signals import SignalFlag
-from actors.cli.context import Context, data_dir, namespace, redis_url
+from actors.cli.context import Context, data_dir, namespace, no_redis, redis_url
 from actors.cli.metrics import INSTALL_HINT
 from actors.cli.outbox import INSTALL_HINT as OUTBOX_INSTALL_HINT
 from actors.cli.output import Exit, print_json_line, usage_error
@@ -97,6 +97,18 @@ def _called(fn: Any, target: str, args: argparse.Namespace | None) -> Any:
     return returned if queue is None else queue
 
 
+def _first_connection(queue: DelayQueue, target: str) -> None:
+    """Connects before starting, so a worker that never reached Redis says so (exit 3), rather
+    than that it "lost the connection" it never had."""
+    import redis
+
+    try:
+        queue.store  # noqa: B018 - the first use connects, syncs the clock, opens the store
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        queue.close()
+        raise no_redis(f"worker: {target} cannot reach its Redis: {exc}") from None
+
+
 def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level,  # one of app.LOG_LEVELS, checked by the parser
@@ -120,6 +132,7 @@ def run_worker(ctx: Context, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     queue = load_queue(args.target, args)
     metrics = None if args.metrics_port is None else serve_metrics(queue, args)
+    _first_connection(queue, args.target)
     queue.start(gc_freeze=args.gc_freeze)
     relay = None if args.outbox_db is None else start_outbox_relay(queue, args.outbox_db)
     if relay is not None and metrics is not None:

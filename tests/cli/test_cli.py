@@ -139,6 +139,43 @@ def test_a_misspelt_option_is_named_with_the_one_meant(args: list[str], hint: st
     assert hint in result.stderr
 
 
+@pytest.mark.slow
+def test_a_server_that_never_answers_is_named_as_maybe_not_redis() -> None:
+    """An HTTP server given as the Redis URL waits for a request line: say what that silence
+    likely means, not only "Timeout reading"."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        result = run("stats", "--redis", url, "--json")  # accepted by the backlog, never read
+    assert result.returncode == 3, result.stderr
+    message = json.loads(result.stdout)["message"]
+    assert "accepted the connection but did not answer PING" in message, message
+    assert "is it a Redis server" in message
+
+
+def test_a_worker_that_never_reached_redis_does_not_say_it_lost_it(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    (tmp_path / "offline.py").write_text(
+        f"from actors import DelayQueue\nqueue = DelayQueue({dead!r})\n"
+        "@queue.handler('t')\ndef handle(job):\n    pass\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "worker", "offline:queue", "--json"],
+        cwd=tmp_path,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 3, result.stderr
+    error = json.loads(result.stdout)
+    assert error["error"] == "no_redis" and "cannot reach its Redis" in error["message"]
+    assert "lost the connection" not in result.stderr
+
+
 def test_unknown_subcommand_and_missing_arguments_exit_2() -> None:
     assert run("frobnicate").returncode == 2
     assert run("add", "only-topic").returncode == 2

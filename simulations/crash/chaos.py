@@ -22,6 +22,7 @@ Exit codes: simulations.crash.checkers.EXIT_CODES (docs/simulations.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import logging
 import math
@@ -41,8 +42,9 @@ import redis
 
 from actors import AuditRetention, DelayQueue, JobExistsError, schedules
 from actors.errors import NotReplicatedError, RedisServerNotFound
-from actors.lifecycle import PENDING_STATES
-from actors.values import Durability
+from actors.lifecycle import PENDING_STATES, State
+from actors.storage.store import Store
+from actors.values import Durability, JobInfo
 
 from . import chart, report
 from ._processes import Workers
@@ -200,6 +202,38 @@ class Producer(threading.Thread):
             self.ledger.cancel(topic, job_id, self.queue.clock.now_ms(), result)
 
 
+# A drain with this many jobs left or fewer names them.
+DRAIN_NAMED = 3
+
+
+def pending_jobs(store: Store, limit: int) -> list[str]:
+    """The first few jobs a drain waits for, each with what it waits for (its due time, its
+    lease's deadline): a drain that hangs on one job says which, and until when."""
+    now_ms = store.clock.now_ms()
+    nexts = {i.pending_id for i in store.schedules() if i.pending_id is not None}
+    shown: list[str] = []
+    for topic, counts in sorted(store.stats().items()):
+        for state in PENDING_STATES:
+            if not counts.get(state):
+                continue
+            for info in store.jobs(topic, state, limit=limit).jobs:
+                if info.id in nexts:
+                    continue  # a schedule's next occurrence: never waited for
+                shown.append(f"{info.topic}/{info.id} {_waiting_for(info, now_ms)}")
+                if len(shown) == limit:
+                    return shown
+    return shown
+
+
+def _waiting_for(info: JobInfo, now_ms: int) -> str:
+    if info.state is State.DELAYED:
+        return f"delayed, due in {(info.due_ms - now_ms) / 1000:.1f}s (attempt {info.attempt})"
+    if info.state is State.LEASED and info.lease_deadline_ms is not None:
+        left_s = (info.lease_deadline_ms - now_ms) / 1000
+        return f"leased, lease ends in {left_s:.1f}s (attempt {info.attempt})"
+    return f"{info.state.value} (attempt {info.attempt})"
+
+
 class Chaos:
     def __init__(
         self,
@@ -352,7 +386,11 @@ class Chaos:
                 pending = -1
             if pending == 0:
                 break
-            self.progress.update(f"[chaos seed {self.settings.seed}] draining: {pending} pending")
+            waiting = f"{pending} pending"
+            if 0 < pending <= DRAIN_NAMED:
+                with contextlib.suppress(redis.RedisError):
+                    waiting += ": " + ", ".join(pending_jobs(self.store, DRAIN_NAMED))
+            self.progress.update(f"[chaos seed {self.settings.seed}] draining: {waiting}")
             time.sleep(0.25)  # waiting for the workers to finish, bounded by the deadline
         self.drain_s = time.monotonic() - started
         self.progress.done()

@@ -357,6 +357,28 @@ def test_the_summary_counts_a_schedules_occurrences_apart(
     assert "schedule occurrences: 2 made; 0 acked, 1 dead, 0 cancelled" in report.text(summary)
 
 
+def test_a_drain_names_the_jobs_it_waits_for(store: Store, fake_clock: FakeClock) -> None:
+    """'draining: 1 pending' said nothing to act on: which job, waiting for what, until when."""
+    from actors import schedules
+    from simulations.crash.chaos import pending_jobs
+
+    spec = schedules.spec(
+        "hourly", "reports", cron=None, every=3600, tz="UTC", body=None,
+        start_at_ms=None, misfire_policy="run_once",
+    )  # fmt: skip
+    store.schedule(spec)  # its next occurrence is never waited for
+    store.add(store.new_job(T, "later", delay_ms=12_000))
+    store.add(store.new_job(T, "held"))
+    (lease,) = store.lease(T, 1, "w1.1")
+    assert lease.id == "held"
+    assert pending_jobs(store, 3) == [
+        "orders/later delayed, due in 12.0s (attempt 1)",
+        f"orders/held leased, lease ends in {(lease.deadline_ms - fake_clock.now_ms()) / 1000:.1f}s"
+        " (attempt 1)",
+    ]
+    assert len(pending_jobs(store, 1)) == 1
+
+
 def test_lateness_is_split_by_the_faults_before_it() -> None:
     runs = [
         RunRow(1, T, "calm", "t1", 1, 10_000, 10_050, "w"),

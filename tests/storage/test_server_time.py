@@ -81,12 +81,16 @@ def test_a_delay_counts_from_the_servers_now_whatever_the_producers_clock(
 ) -> None:
     _, skewed = stores(client, skew_ms)
     before = server_ms(client)
-    skewed.add_many([skewed.new_job("t", f"j{n}", {"n": n}, delay_ms=2_000) for n in range(3)])
+    # One call, two delays: each counts from the call's now.
+    skewed.add_many(
+        [skewed.new_job("t", f"j{n}", {"n": n}, delay_ms=2_000) for n in range(3)]
+        + [skewed.new_job("t", "k7", {"n": 7}, delay_ms=7_000)]
+    )
     skewed.add(skewed.new_job("t", "now", {"n": 9}))
     skewed.add(skewed.new_job("t", "j0", {"n": 0}, delay_ms=5_000), replace=True)
     after = server_ms(client)
     dues = []
-    for job_id, delay in (("j0", 5_000), ("j1", 2_000), ("j2", 2_000)):
+    for job_id, delay in (("j0", 5_000), ("j1", 2_000), ("j2", 2_000), ("k7", 7_000)):
         info = skewed.get("t", job_id)
         assert info is not None and info.state == "delayed", info
         assert before + delay <= info.due_ms <= after + delay, (job_id, before, info.due_ms)

@@ -15,7 +15,6 @@ from pathlib import Path
 import _profiles  # noqa: F401  (registers and loads the Hypothesis profile first)
 import pytest
 import redis
-from _proxy import Proxy, free_port
 from _reply_cut import ReplyCut
 from _wait import WAIT_S
 
@@ -26,6 +25,7 @@ from actors.server.embedded import (
     find_redis_server,
 )
 from actors.storage.store import Store
+from simulations.crash.proxy import Proxy, free_port
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -123,6 +123,6 @@ def tcp_redis(tmp_path: Path) -> Iterator[tuple[RedisProcess, tuple[str, int]]]:
 
 @pytest.fixture
 def proxy(tcp_redis: tuple[RedisProcess, tuple[str, int]]) -> Iterator[Proxy]:
-    """A fault-injecting TCP proxy (tests/_proxy.py) in front of ``tcp_redis``."""
+    """A fault-injecting TCP proxy (simulations/crash/proxy.py) in front of ``tcp_redis``."""
     with Proxy(tcp_redis[1]) as started:
         yield started

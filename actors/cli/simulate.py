@@ -30,6 +30,7 @@ CHAOS_ONLY = {
     "cluster": "--cluster",
     "shards": "--shards",
     "backlog": "--backlog",
+    "production_faults": "--production-faults",
 }
 
 
@@ -80,6 +81,12 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="more jobs than the handlers keep up with, to large pools: the pipelined acks",
     )
+    chaos.add_argument(
+        "--production-faults",
+        action="store_true",
+        help="also blackhole and forget workers' connections, step their clocks, and add "
+        "poison jobs that kill their worker (one server only)",
+    )
     p.set_defaults(run=run_simulate)
 
 
@@ -112,9 +119,9 @@ def simulator_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--max-calm-p99-ms", str(args.max_calm_p99_ms)]
     if args.shards is not None:
         argv += ["--shards", str(args.shards)]
-    for dest in ("ci", "soak", "cluster", "backlog", "json"):
+    for dest in ("ci", "soak", "cluster", "backlog", "production_faults", "json"):
         if getattr(args, dest, False):
-            argv.append(f"--{dest}")
+            argv.append(f"--{dest.replace('_', '-')}")
     if args.verbose:
         argv.append("-v")
     return argv

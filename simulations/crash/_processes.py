@@ -51,7 +51,15 @@ class Slot:
 
 
 class Workers:
-    def __init__(self, count: int, env: dict[str, str], log_dir: Path, grace_s: float) -> None:
+    def __init__(
+        self,
+        count: int,
+        env: dict[str, str],
+        log_dir: Path,
+        grace_s: float,
+        slot_env: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        """``slot_env``: what differs per slot (its own way to Redis, its own clock)."""
         self.env = {
             **os.environ,
             **env,
@@ -66,6 +74,7 @@ class Workers:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.slots = {f"w{n + 1}": Slot(f"w{n + 1}") for n in range(count)}
+        self.slot_env = slot_env or {}
         self.unexpected_exits = 0
 
     def start(self, name: str) -> None:
@@ -73,7 +82,11 @@ class Workers:
         slot.generation += 1
         slot.restart_at = None
         slot.expected_exit = False
-        env = {**self.env, "REDELAY_SIM_WORKER": f"{name}.{slot.generation}"}
+        env = {
+            **self.env,
+            **self.slot_env.get(name, {}),
+            "REDELAY_SIM_WORKER": f"{name}.{slot.generation}",
+        }
         with (self.log_dir / f"{name}.log").open("ab") as log:
             log.write(f"--- {name}.{slot.generation} starts\n".encode())
             log.flush()

@@ -3,6 +3,10 @@ rate with mixed delays, while this driver SIGKILLs and SIGTERMs workers and rest
 client connections on the Redis side, and restarts redis-server itself (append-only file,
 ``appendfsync always``). Bounded in time; it stops by itself.
 
+With ``--production-faults`` each worker reaches Redis through a proxy of its own that blackholes
+and forgets connections (simulations.crash.chaos_network), workers' wall clocks step forward and
+back, and a few poison jobs kill whichever worker runs them, every time.
+
 With ``--cluster`` the same runs on a local Redis Cluster of 3 masters + 3 replicas (every node
 append-only) and a namespace of ``--shards`` shards (3); instead of restarting redis-server the
 driver kills masters (their replicas take over; the killed node comes back as a replica) and
@@ -49,9 +53,21 @@ from actors.values import Durability, JobInfo
 from . import chart, report
 from ._processes import Workers
 from ._user_app import load_app_handlers, load_bodies
-from .chaos_redis import deployment
-from .chaos_settings import BACKLOG_PREFETCH, BACKLOG_RATE_PER_S, ChaosSettings, derive
-from .chaos_worker import DEFAULT_NAMESPACE
+from .chaos_network import WorkerNetwork
+from .chaos_redis import OneServer, deployment
+from .chaos_settings import (
+    BACKLOG_PREFETCH,
+    BACKLOG_RATE_PER_S,
+    PRODUCTION_FAULTS,
+    ChaosSettings,
+    derive,
+)
+from .chaos_worker import (
+    CLOCK_FILE_ENV,
+    DEFAULT_NAMESPACE,
+    ORACLE_URL_ENV,
+    POISON_PREFIX,
+)
 from .checkers import (
     EXIT_INTERNAL,
     EXIT_NO_REDIS,
@@ -114,6 +130,7 @@ class Producer(threading.Thread):
             durability=Durability(1, settings.add_wait_ms) if settings.add_wait_ms else None,
         )
         self.rng = random.Random(f"{settings.seed}:producer")
+        self.poison_plan = poison_plan(settings)
         self.stopping = threading.Event()
         self.added = 0
         self.cancels: list[tuple[float, str, str]] = []
@@ -127,7 +144,12 @@ class Producer(threading.Thread):
         n = 0
         next_tick = time.monotonic()
         next_burst = next_tick + self.rng.uniform(*s.burst_every_s)
+        started = next_tick
+        poisons = list(self.poison_plan)
         while not self.stopping.is_set():
+            while poisons and poisons[0][0] <= time.monotonic() - started:
+                _, topic, job_id = poisons.pop(0)
+                self._add([(topic, job_id, 0)], cancellable=False)
             if time.monotonic() >= next_burst:
                 next_burst += self.rng.uniform(*s.burst_every_s)
                 n += 1
@@ -157,7 +179,14 @@ class Producer(threading.Thread):
                 at = time.monotonic() + self.rng.uniform(0.0, 0.3)
                 heapq.heappush(self.cancels, (at, topic, job_id))
 
-    def _add(self, batch: list[tuple[str, str, int]], cancel_share: float | None = None) -> None:
+    def _add(
+        self,
+        batch: list[tuple[str, str, int]],
+        cancel_share: float | None = None,
+        cancellable: bool = True,
+    ) -> None:
+        """``cancellable=False``: no cancel is drawn (nor a draw made: the seed's workload after it
+        stays what it was)."""
         base = self.queue.clock.now_ms()
         specs = [
             {"topic": t, "id": i, "body": self.body(t, i), "at": (base + d) / 1000}
@@ -182,6 +211,8 @@ class Producer(threading.Thread):
                     return  # never added, so never owed: not in the ledger
         self.ledger.add_jobs([JobRow(t, i, base + d, base) for t, i, d in batch])
         self.added += len(batch)
+        if not cancellable:
+            return
         share = self.settings.cancel_share if cancel_share is None else cancel_share
         for t, i, d in batch:
             if self.rng.random() < share:
@@ -234,6 +265,17 @@ def _waiting_for(info: JobInfo, now_ms: int) -> str:
     return f"{info.state.value} (attempt {info.attempt})"
 
 
+def poison_plan(settings: ChaosSettings) -> list[tuple[float, str, str]]:
+    """When the producer adds each poison job (seconds in, topic, id), in order; from a random
+    source of its own. They come in the run's first two thirds, so each has time to end."""
+    rng = random.Random(f"{settings.seed}:poison")
+    plan = [
+        (rng.uniform(0, settings.duration_s * 2 / 3), rng.choice(settings.topics).name)
+        for _ in range(settings.poison_jobs)
+    ]
+    return [(at, topic, f"{POISON_PREFIX}{n}") for n, (at, topic) in enumerate(sorted(plan))]
+
+
 class Chaos:
     def __init__(
         self,
@@ -260,10 +302,31 @@ class Chaos:
             "REDELAY_SIM_URL": self.deployment.url,
             "REDELAY_SIM_LEDGER": str(work / "ledger.sqlite"),
             "REDELAY_SIM_SETTINGS": settings.to_json(),
+            ORACLE_URL_ENV: self.deployment.url,
         }
         if app:
             env["REDELAY_SIM_APP"] = app
-        self.workers = Workers(settings.workers, env, out / "workers", settings.stop_grace_s)
+        slots = [f"w{n + 1}" for n in range(settings.workers)]
+        self.network: WorkerNetwork | None = None
+        self.clock_dir = work / "clocks"
+        self.clock_offsets_ms = {slot: 0 for slot in slots}
+        slot_env: dict[str, dict[str, str]] = {}
+        if settings.production_faults:
+            if not isinstance(self.deployment, OneServer):
+                raise ValueError("--production-faults runs on one server, not --cluster")
+            self.network = WorkerNetwork(slots, self.deployment.process.socket_path)
+            self.clock_dir.mkdir()
+            slot_env = {
+                slot: {
+                    "REDELAY_SIM_URL": self.network.url(slot),
+                    CLOCK_FILE_ENV: str(self.clock_dir / slot),
+                }
+                for slot in slots
+            }
+        self.prng = random.Random(f"{settings.seed}:production-faults")
+        self.workers = Workers(
+            settings.workers, env, out / "workers", settings.stop_grace_s, slot_env
+        )
         self.producer = Producer(
             settings, self.deployment.url, self.ledger, load_bodies(bodies), DEFAULT_NAMESPACE
         )
@@ -282,6 +345,11 @@ class Chaos:
         events: list[tuple[float, int, str]] = []
         for n, (kind, mean_s) in enumerate(sorted(s.fault_interval_s.items())):
             events += [(at, n, kind) for at in fault_times(self.rng, periods, mean_s / 2)]
+        # The production faults in the same storms, from their own random source.
+        for n, kind in enumerate(PRODUCTION_FAULTS, start=len(s.fault_interval_s)):
+            if kind in s.production_interval_s:
+                mean_s = s.production_interval_s[kind]
+                events += [(at, n, kind) for at in fault_times(self.prng, periods, mean_s / 2)]
         heapq.heapify(events)
         return events
 
@@ -342,6 +410,7 @@ class Chaos:
             for event in later:
                 heapq.heappush(events, event)
             self.deployment.tend()
+            self.tend_network()
             self.workers.tend()
             self.show(elapsed)
             time.sleep(_TICK_S)  # the driver's own pace between fault checks
@@ -349,9 +418,17 @@ class Chaos:
         self.producer.join(timeout=30)
         self.drain()
 
+    def tend_network(self, heal_all: bool = False) -> None:
+        if self.network is None:
+            return
+        for slot in self.network.heal_all() if heal_all else self.network.tend():
+            self.record("network_heal", self.workers.consumer(slot) or slot)
+
     def fire(self, kind: str) -> None:
         s = self.settings
-        if kind in ("worker_sigkill", "worker_sigterm"):
+        if kind in PRODUCTION_FAULTS:
+            self.fire_production(kind)
+        elif kind in ("worker_sigkill", "worker_sigterm"):
             alive = self.workers.alive()
             if not alive:
                 return
@@ -365,10 +442,38 @@ class Chaos:
             if detail is not None:
                 self.record(kind, detail)
 
+    def fire_production(self, kind: str) -> None:
+        """A fault of one worker slot's host: its clock, or its path to Redis. The detail starts
+        with the consumer it hit, so an expired lease of that consumer is put down to it."""
+        s = self.settings
+        assert self.network is not None
+        slot = self.prng.choice(sorted(self.workers.slots))
+        who = self.workers.consumer(slot) or slot
+        if kind == "clock_step":
+            step_ms = self.prng.randint(*s.clock_step_ms) * self.prng.choice([1, -1])
+            offset_ms = self.clock_offsets_ms[slot]
+            if abs(offset_ms + step_ms) > s.clock_offset_max_ms:
+                step_ms = -step_ms  # the other way, so the clock stays within its bound
+            self.clock_offsets_ms[slot] = offset_ms + step_ms
+            staged = self.clock_dir / f"{slot}.new"
+            staged.write_text(str(offset_ms + step_ms))
+            staged.replace(self.clock_dir / slot)  # whole, so the worker never reads half
+            self.record(kind, f"{who} {step_ms:+d} ms (offset {offset_ms + step_ms:+d} ms)")
+        elif kind == "network_blackhole":
+            if slot in self.network.blackholed():
+                return
+            for_s = self.prng.uniform(*s.blackhole_s)
+            self.network.blackhole(slot, for_s)
+            self.record(kind, f"{who} for {for_s:.1f}s")
+        else:
+            forgotten = self.network.forget(slot)
+            self.record(kind, f"{who} {forgotten} connections")
+
     def drain(self) -> None:
         """Brings every node and worker back and waits until no job is delayed, ready or
         leased."""
         self.deployment.settle()
+        self.tend_network(heal_all=True)
         for topic in self.settings.topics:  # whatever a failed resume left paused
             self.gate(topic.name, False, self.settings.drain_limit_s)
         self.workers.start_missing()
@@ -418,11 +523,14 @@ class Chaos:
             fault_window_ms=self.settings.fault_window_ms,
             calm_p99_bound_ms=None,
             schedules=() if self.schedule_plan is None else (SCHEDULE_NAME,),
+            worker_clocks_stepped=any(f.kind == "clock_step" for f in ledger.faults),
         )
 
     def close(self) -> None:
         self.producer.stopping.set()
         self.workers.kill_all()
+        if self.network is not None:
+            self.network.close()
         self.ledger.close()
         self.deployment.close()
 
@@ -460,6 +568,21 @@ class SchedulePlan:
         )
 
 
+def poison_notes(evidence: Evidence) -> str:
+    """Each poison job: the worker processes it killed, and how it ended."""
+    crashes: dict[str, int] = {}
+    for fault in evidence.ledger.faults:
+        if fault.kind == "handler_crash":
+            job = fault.detail.split(" ")[1]
+            crashes[job] = crashes.get(job, 0) + 1
+    parts = []
+    for key in sorted(k for k in evidence.ledger.jobs if k[1].startswith(POISON_PREFIX)):
+        live = evidence.live.jobs.get(key)
+        end = "gone" if live is None else str(live.state)
+        parts.append(f"{key[0]}/{key[1]}: killed {crashes.get('/'.join(key), 0)} workers, {end}")
+    return "; ".join(parts)
+
+
 def reproduce_command(args: argparse.Namespace, seed: int) -> str:
     parts = [f"{args.prog} --seed {seed} --duration {args.duration:g}"]
     if args.cluster:
@@ -468,6 +591,8 @@ def reproduce_command(args: argparse.Namespace, seed: int) -> str:
         parts.append(f"--appendfsync {args.appendfsync}")
     if args.backlog:
         parts.append("--backlog")
+    if args.production_faults:
+        parts.append("--production-faults")
     if args.app:
         parts.append(f"--app {args.app}")
     if args.bodies:
@@ -483,7 +608,14 @@ def run(args: argparse.Namespace, summary_out: TextIO | None = None) -> int:
     """One run; the summary goes to ``summary_out`` (stdout when None)."""
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     shards = args.shards if args.cluster else None
-    settings = derive(seed, args.duration, args.appendfsync, shards, backlog=args.backlog)
+    settings = derive(
+        seed,
+        args.duration,
+        args.appendfsync,
+        shards,
+        backlog=args.backlog,
+        production_faults=args.production_faults,
+    )
     out = Path(args.out) / f"chaos-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     # Before the app is imported here or in a worker: the workers inherit the variable.
@@ -526,6 +658,8 @@ def run(args: argparse.Namespace, summary_out: TextIO | None = None) -> int:
         }
         if chaos.deferred:
             notes["faults deferred until the cluster healed"] = chaos.deferred
+        if settings.poison_jobs:
+            notes["poison jobs"] = poison_notes(evidence)
     finally:
         chaos.close()
     shutil.copy(work / "ledger.sqlite", out / "ledger.sqlite")
@@ -616,6 +750,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "pipelines on their way",
     )
     parser.add_argument(
+        "--production-faults",
+        action="store_true",
+        help="also put a proxy between each worker and Redis that blackholes and forgets "
+        "connections, step workers' wall clocks forward and back, and add poison jobs that "
+        "kill their worker on every run (one server only)",
+    )
+    parser.add_argument(
         "--out", default="simulations/out", help="where artefacts go (simulations/out)"
     )
     return parser
@@ -628,6 +769,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         return EXIT_USAGE
     if args.shards is not None and not args.cluster:
         print("simulation: --shards needs --cluster", file=sys.stderr)
+        return EXIT_USAGE
+    if args.production_faults and args.cluster:
+        print("simulation: --production-faults runs on one server, not --cluster", file=sys.stderr)
         return EXIT_USAGE
     args.shards = DEFAULT_CLUSTER_SHARDS if args.shards is None else args.shards
     if not 1 <= args.shards <= 64:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .det_settings import TopicPlan
@@ -24,7 +24,15 @@ FAULT_KINDS = (
     "slot_migration",  # --cluster: move one shard's slot to another master while jobs flow
     "handler_error",  # a handler raises (counted from the runs)
     "handler_hang",  # a handler sleeps past its timeout
+    # --production-faults (one server only):
+    "network_blackhole",  # a worker's proxy stops forwarding, sockets kept open; healed later
+    "network_forget",  # a worker's proxy forgets its connections: dead, and nobody is told
+    "clock_step",  # a worker's wall clock jumps forward or back (and stays so for its slot)
+    "handler_crash",  # a poison job's handler kills its worker process, every time
 )
+
+# Fault kinds --production-faults adds, scheduled from a random source of their own.
+PRODUCTION_FAULTS = ("clock_step", "network_blackhole", "network_forget")
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,15 @@ class ChaosSettings:
     # An operator pauses a topic this many times, each for a while (no lease may take from it).
     pauses: int = 0
     pause_s: tuple[float, float] = (0.5, 3.0)
+    # --production-faults: a proxy between each worker and Redis that blackholes (for a while)
+    # and forgets connections, steps of workers' wall clocks, and poison jobs whose handler
+    # kills its worker process every time.
+    production_faults: bool = False
+    production_interval_s: dict[str, float] = field(default_factory=dict)
+    blackhole_s: tuple[float, float] = (0.0, 0.0)
+    clock_step_ms: tuple[int, int] = (0, 0)  # how far one step moves a clock, either way
+    clock_offset_max_ms: int = 0  # a slot's clock stays within this of the true time
+    poison_jobs: int = 0
 
     @property
     def fault_window_ms(self) -> int:
@@ -111,6 +128,12 @@ class ChaosSettings:
             kill_spacing_s=raw["kill_spacing_s"],
             pauses=raw["pauses"],
             pause_s=(float(raw["pause_s"][0]), float(raw["pause_s"][1])),
+            production_faults=raw["production_faults"],
+            production_interval_s=raw["production_interval_s"],
+            blackhole_s=(raw["blackhole_s"][0], raw["blackhole_s"][1]),
+            clock_step_ms=(raw["clock_step_ms"][0], raw["clock_step_ms"][1]),
+            clock_offset_max_ms=raw["clock_offset_max_ms"],
+            poison_jobs=raw["poison_jobs"],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -169,7 +192,17 @@ class ChaosSettings:
                 f"sweep every {self.sweep_interval_s:g}s, watchdog every "
                 f"{self.watchdog_interval_s:g}s, SIGTERM grace {self.stop_grace_s:g}s",
                 f"pauses: {self.pauses} of a topic, {self.pause_s[0]:g}-{self.pause_s[1]:g}s each",
+                *([self._describe_production()] if self.production_faults else []),
             ]
+        )
+
+    def _describe_production(self) -> str:
+        faults = ", ".join(f"{k} every ~{s:.1f}s" for k, s in self.production_interval_s.items())
+        return (
+            f"production faults: {faults}; a blackhole lasts {self.blackhole_s[0]:g}-"
+            f"{self.blackhole_s[1]:.1f}s; a clock steps {self.clock_step_ms[0]}-"
+            f"{self.clock_step_ms[1]}ms either way, staying within {self.clock_offset_max_ms}ms; "
+            f"{self.poison_jobs} poison jobs kill their worker on every run"
         )
 
 
@@ -179,9 +212,11 @@ def derive(
     appendfsync: str = "always",
     cluster_shards: int | None = None,
     backlog: bool = False,
+    production_faults: bool = False,
 ) -> ChaosSettings:
     """The settings of a run; ``cluster_shards`` switches cluster mode on with that many shards,
-    ``backlog`` the backlogged workload (``_backlogged``).
+    ``backlog`` the backlogged workload (``_backlogged``), ``production_faults`` the network,
+    clock and poison faults (``_with_production_faults``; one server only).
 
     The cluster's own settings come from a random source of their own, so a seed gives the same
     workload with and without ``--cluster``."""
@@ -233,7 +268,34 @@ def derive(
     )
     if backlog:
         settings = _backlogged(settings)
+    if production_faults:
+        settings = _with_production_faults(settings)
     return settings if cluster_shards is None else _clustered(settings, cluster_shards)
+
+
+def _with_production_faults(settings: ChaosSettings) -> ChaosSettings:
+    """The faults of docs/simulations.md#production-faults, from a random source of their own:
+    the seed's workload and its other faults stay what they are."""
+    rng = random.Random(f"{settings.seed}:production")
+    lease_ms = max(t.lease_ms for t in settings.topics)
+    retry_total_ms = max(sum(t.retry_ms) for t in settings.topics)
+    return replace(
+        settings,
+        production_faults=True,
+        production_interval_s={
+            "clock_step": rng.uniform(4, 8),
+            "network_blackhole": rng.uniform(6, 12),
+            "network_forget": rng.uniform(5, 10),
+        },
+        # Long enough that a worker's leases expire and its subscription is found dead.
+        blackhole_s=(1.0, rng.uniform(4.0, 9.0)),
+        clock_step_ms=(1_000, rng.choice([30_000, 60_000])),
+        clock_offset_max_ms=120_000,
+        poison_jobs=rng.randint(2, 3),
+        # Each poison job takes a worker down once per lease until it ends: a restart and a
+        # lease each time.
+        drain_limit_s=settings.drain_limit_s + 5 * (retry_total_ms + 2 * lease_ms) / 1000,
+    )
 
 
 # --backlog: jobs/s the producer adds, and each topic's prefetch.

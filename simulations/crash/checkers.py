@@ -4,7 +4,10 @@ Pure functions over :class:`Evidence` (no Redis, no clock, no threads), shared b
 and testable with hand-made evidence. They run in this order, safety first, then at-least-once,
 then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, docs/simulations.md):
 
-1. ``early``: a job was leased, or its handler started, before its due time.
+1. ``early``: a job was leased, or its handler started, before its due time (a lease by the
+   audit stream's time, a run by its worker's clock).
+1b. ``early_by_redis``: a handler started before its due time by Redis's own clock (the chaos
+   workers read TIME as a run starts): what a worker whose clock stepped cannot explain away.
 2. ``cancelled_delivered``: a job was delivered after a cancel that removed it (or after a cancel
    request on a leased job: that run may finish, no later one may start).
 3. ``after_ack``: a job changed state after it was acked (e.g. it came back and ran again).
@@ -53,6 +56,7 @@ EXIT_NO_REDIS = 3  # no redis-server binary to run
 
 class Failure(StrEnum):
     EARLY = "early"
+    EARLY_BY_REDIS = "early_by_redis"
     CANCELLED_DELIVERED = "cancelled_delivered"
     AFTER_ACK = "after_ack"
     PAUSED_LEASED = "paused_leased"
@@ -68,6 +72,7 @@ class Failure(StrEnum):
 # In check order: the first failure found decides the exit code.
 EXIT_CODES: dict[Failure, int] = {
     Failure.EARLY: 10,
+    Failure.EARLY_BY_REDIS: 21,  # checked second, numbered after the others
     Failure.CANCELLED_DELIVERED: 11,
     Failure.AFTER_ACK: 12,
     Failure.PAUSED_LEASED: 19,  # numbered after the others it joined
@@ -94,6 +99,7 @@ def exit_codes_text(no_redis: str = "no redis-server") -> str:
 
 MEANINGS: dict[Failure, str] = {
     Failure.EARLY: "a job was delivered before its due time",
+    Failure.EARLY_BY_REDIS: "a handler started before its due time by Redis's clock",
     Failure.CANCELLED_DELIVERED: "a cancelled job was delivered",
     Failure.AFTER_ACK: "a job changed state after it was acked",
     Failure.PAUSED_LEASED: "a job was leased from a paused topic",
@@ -145,6 +151,9 @@ class Evidence:
     audit_time: str = "caller"
     # Recurring schedules the run kept until the end: each must still have its next occurrence.
     schedules: tuple[str, ...] = ()
+    # Some worker's wall clock was stepped: a run's start read on its worker's clock says
+    # nothing, so only runs with the server's time (RunRow.server_ms) are judged.
+    worker_clocks_stepped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +300,9 @@ def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
                         )
                     )
     for run in ev.ledger.runs:
-        job = ev.ledger.jobs.get(run.key)
-        due = max(run.due_ms, job.due_ms) if job is not None else run.due_ms
+        if run.server_ms is not None or ev.worker_clocks_stepped:
+            continue  # judged by check_early_by_redis, or by no clock worth reading
+        due = _run_due(ev, run)
         if run.started_ms + tolerance < due:
             found.append(
                 Violation(
@@ -300,6 +310,37 @@ def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
                     run.key,
                     f"handler started {due - run.started_ms} ms before the due time {due} "
                     f"(attempt {run.attempt}, token {run.token}, worker {run.worker})",
+                )
+            )
+    return found
+
+
+def _run_due(ev: Evidence, run: RunRow) -> int:
+    job = ev.ledger.jobs.get(run.key)
+    return max(run.due_ms, job.due_ms) if job is not None else run.due_ms
+
+
+# A due time given as seconds (``at``) can come back a millisecond short of the ledger's.
+SERVER_ROUNDING_MS = 2
+
+
+def check_early_by_redis(ev: Evidence) -> list[Violation]:
+    """Each run whose worker read Redis's TIME as it started: no start before the due time by
+    that clock, whatever the worker's own clock said (a step, a drift). The TIME call comes after
+    the lease, so an early run cannot hide behind it; only rounding is allowed for."""
+    found: list[Violation] = []
+    for run in ev.ledger.runs:
+        if run.server_ms is None:
+            continue
+        due = _run_due(ev, run)
+        if run.server_ms + SERVER_ROUNDING_MS < due:
+            found.append(
+                Violation(
+                    Failure.EARLY_BY_REDIS,
+                    run.key,
+                    f"handler started {due - run.server_ms} ms before the due time {due} by "
+                    f"Redis's TIME (attempt {run.attempt}, token {run.token}, worker "
+                    f"{run.worker}, whose own clock said {run.started_ms - due:+d} ms)",
                 )
             )
     return found
@@ -638,8 +679,8 @@ def lateness(ev: Evidence) -> Lateness:
     fault_times = sorted(f.at_ms for f in ev.ledger.faults if f.kind not in _LOCAL_FAULTS)
     points: list[LatenessPoint] = []
     for run in ev.ledger.runs:
-        late_ms = run.started_ms - run.due_ms
-        after = any(run.due_ms - ev.fault_window_ms <= at <= run.started_ms for at in fault_times)
+        late_ms = run.start_ms - run.due_ms
+        after = any(run.due_ms - ev.fault_window_ms <= at <= run.start_ms for at in fault_times)
         points.append(LatenessPoint(run.due_ms, late_ms, after))
     calm = [p.lateness_ms for p in points if not p.after_fault]
     hit = [p.lateness_ms for p in points if p.after_fault]
@@ -736,6 +777,7 @@ def check_all(ev: Evidence) -> Verdict:
     index = AuditIndex(ev.audit)
     violations: list[Violation] = []
     violations += check_early(ev, index)
+    violations += check_early_by_redis(ev)
     violations += check_cancelled(ev, index)
     violations += check_after_ack(index)
     violations += check_paused(index)

@@ -9,8 +9,10 @@ Rows, in the words of the checkers:
 
 - ``jobs``: a job the producer's ``add`` returned for (so it is owed a delivery), with its due time;
 - ``cancels``: a ``cancel`` call and what it answered (``removed``, ``requested``, ``missing``);
-- ``runs``: one handler call, written as it starts (token, attempt, due) and completed when it
-  returns (``ok`` or ``error``); a run that never completes had its worker crash under it;
+- ``runs``: one handler call, written as it starts (token, attempt, due, and where it can be read
+  the server's time then, ``server_ms``: the chaos workers read Redis TIME, which no stepped
+  worker clock can move) and completed when it returns (``ok`` or ``error``); a run that never
+  completes had its worker crash under it;
 - ``faults``: each injected fault, its kind and when;
 - ``clocks``: how each worker's clock was synced to Redis (offset, round trip), which bounds how
   far two processes can disagree about whether a job is due.
@@ -35,7 +37,8 @@ CREATE TABLE IF NOT EXISTS cancels (
 CREATE TABLE IF NOT EXISTS runs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL, id TEXT NOT NULL,
     token TEXT NOT NULL, attempt INTEGER NOT NULL, due_ms INTEGER NOT NULL,
-    started_ms INTEGER NOT NULL, worker TEXT NOT NULL, outcome TEXT, ended_ms INTEGER);
+    started_ms INTEGER NOT NULL, worker TEXT NOT NULL, outcome TEXT, ended_ms INTEGER,
+    server_ms INTEGER);
 CREATE TABLE IF NOT EXISTS clocks (
     worker TEXT NOT NULL, at_ms INTEGER NOT NULL, offset_ms REAL NOT NULL, rtt_ms REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS faults (
@@ -84,6 +87,12 @@ class RunRow:
     worker: str
     outcome: str | None = None  # "ok", "error", or None when the run never returned
     ended_ms: int | None = None
+    server_ms: int | None = None  # Redis's TIME as the run started (None: not read)
+
+    @property
+    def start_ms(self) -> int:
+        """When the run started by the server's clock where it was read, else by the worker's."""
+        return self.started_ms if self.server_ms is None else self.server_ms
 
     @property
     def key(self) -> Key:
@@ -161,13 +170,14 @@ class Ledger:
         due_ms: int,
         started_ms: int,
         worker: str,
+        server_ms: int | None = None,
     ) -> int:
         """Returns the run's seq, to complete it with run_ended."""
         with self._lock, self._db:
             cursor = self._db.execute(
-                "INSERT INTO runs (topic, id, token, attempt, due_ms, started_ms, worker) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (topic, job_id, token, attempt, due_ms, started_ms, worker),
+                "INSERT INTO runs (topic, id, token, attempt, due_ms, started_ms, worker, "
+                "server_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (topic, job_id, token, attempt, due_ms, started_ms, worker, server_ms),
             )
             seq = cursor.lastrowid
         assert seq is not None
@@ -224,7 +234,7 @@ class Ledger:
                 RunRow(*row)
                 for row in self._db.execute(
                     "SELECT seq, topic, id, token, attempt, due_ms, started_ms, worker, outcome, "
-                    "ended_ms FROM runs ORDER BY seq"
+                    "ended_ms, server_ms FROM runs ORDER BY seq"
                 )
             ]
             faults = [

@@ -1,8 +1,9 @@
-"""Connections that die without a word (tests/_proxy.py between redelay and a real redis-server on
-TCP): the notifier notices a deaf subscription within its documented bound and subscribes again,
-a worker process delivers a delayed job another process added during a partition within seconds
-of the heal, and a producer's call on a forgotten connection ends (docs/operations.md#network-
-faults). Run on the oldest redis-py too (Makefile OLDEST_TESTS): redis-py 5.3 sets no timeouts."""
+"""Connections that die without a word (simulations/crash/proxy.py between redelay and a real
+redis-server on TCP): the notifier notices a deaf subscription within its documented bound and
+subscribes again, a worker process delivers a delayed job another process added during a
+partition within seconds of the heal, and a producer's call on a forgotten connection ends
+(docs/operations.md#network-faults). Run on the oldest redis-py too (Makefile OLDEST_TESTS):
+redis-py 5.3 sets no timeouts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from collections.abc import Iterator
 import pytest
 import redis
 from _processes import WorkerProcess, deliveries
-from _proxy import Proxy
 from _wait import WAIT_S, wait_until
 
 from actors import AsyncDelayQueue, DelayQueue
@@ -26,6 +26,7 @@ from actors.server.embedded import RedisProcess
 from actors.storage.liveness import client_options, keepalive_options
 from actors.storage.store import Store
 from actors.storage.topology import connect
+from simulations.crash.proxy import Proxy
 
 TcpRedis = tuple[RedisProcess, tuple[str, int]]
 

@@ -1,6 +1,7 @@
-"""The test proxy (tests/_proxy.py) fails as documented, against a real redis-server on TCP:
-a blackhole holds bytes and delivers them at the heal, a reset sender's held bytes are dropped,
-forgotten connections stay dead after the heal while new ones pass."""
+"""The fault proxy (simulations/crash/proxy.py, shared by the tests and the chaos simulator) fails
+as documented, against a real redis-server on TCP: a blackhole holds bytes and delivers them at
+the heal, a reset sender's held bytes are dropped, forgotten connections stay dead after the heal
+while new ones pass."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import struct
 
 import pytest
 import redis
-from _proxy import Proxy
 from _wait import wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from actors.server.embedded import RedisProcess
+from simulations.crash.proxy import Proxy
 
 TcpRedis = tuple[RedisProcess, tuple[str, int]]
 

@@ -1,4 +1,5 @@
-"""A TCP proxy that fails the way networks fail, for tests and simulators.
+"""A TCP proxy that fails the way networks fail, for the tests and the chaos simulator (one proxy:
+it ships here, with the simulator, and the tests import it from here).
 
 Put it between a client and a real server (a redis-server on TCP or on a Unix socket) and point
 the client at ``proxy.url``. It forwards bytes both ways until told otherwise:
@@ -80,7 +81,7 @@ class Proxy:
         self._seen_generation = 0
         self.delivered_up = 0
         self.accepted = 0
-        self._thread = threading.Thread(target=self._run, name="test-proxy", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
 
     @property
     def url(self) -> str:

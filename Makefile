@@ -64,7 +64,7 @@ OLDEST_TESTS := tests/storage/test_held_connections.py tests/storage/test_async_
 	tests/storage/test_add_stream.py tests/storage/test_async_add_stream.py tests/storage/test_if_exists.py \
 	tests/storage/test_lazy_connect.py tests/storage/test_cluster_redis_py.py \
 	tests/storage/test_topology.py tests/storage/test_lost_replies.py \
-	tests/runtime/test_network_faults.py
+	tests/runtime/test_network_faults.py tests/runtime/test_stop_in_partition.py
 # The newest lane: the client layer, and the actors end to end on top of it.
 NEWEST_TESTS := $(OLDEST_TESTS) tests/runtime/test_queue_integration.py \
 	tests/runtime/test_notifier.py tests/runtime/test_listener.py tests/runtime/test_carrier.py \

@@ -584,18 +584,24 @@ class DelayQueue:
         return self
 
     def stop(self, grace: float = 20.0) -> dict[str, Any]:
-        """Stops gracefully within ``grace`` + about one second and loses no job: fetching
-        stops at once, jobs fetched but not started go back to ready, running handlers get
-        ``grace`` seconds, and jobs still running after that keep their lease (a sweeper
-        recovers them). Then connections are closed. Returns a report (seconds taken, pools
-        with handlers still running). A second call, e.g. from a second signal, waits for the
-        first."""
+        """Stops gracefully within ``grace`` + one second, whatever Redis and the network do, and
+        loses no job: fetching stops at once, jobs fetched but not started go back to ready,
+        running handlers get ``grace`` seconds, and jobs still running after that keep their
+        lease (a sweeper recovers them). An actor still waiting on Redis at the end (a partition)
+        is cut off from it: nothing of the worker acts after stop() returns. Then connections are
+        closed. Returns a report: ``seconds`` taken, ``stopped``, ``not_stopped`` (cut off),
+        ``abandoned`` (cut off, its thread still alive), ``still_running`` (pools with handlers
+        still running); docs/operations.md#network-faults. A second call, e.g. from a second
+        signal, waits for the first."""
         with self._stop_lock:
+            started = time.monotonic()
             report: dict[str, Any] = {}
             if self._system is not None:
                 report = self._system.stop(grace)
                 self._system = None
             self.close()
+            if report:
+                report["seconds"] = round(time.monotonic() - started, 3)  # the close included
             self._stopped.set()
             return report
 

@@ -149,6 +149,7 @@ def kill_worker(queue: DelayQueue) -> list[str]:
     # thread would go on writing to Redis for as long as the test process lives.
     system.heartbeat.stop(forget=False)
     queue._system = None
+    system.store.drop_connections(in_use=True)  # the actors' own (actors/storage/fence.py)
     pool = getattr(queue.client, "connection_pool", None)
     if pool is not None:
         pool.disconnect()  # the process is gone: so are its connections

@@ -50,6 +50,7 @@ class Heartbeat:
         self.ttl_ms = ttl_ms
         self.started_ms = clock.now_ms()
         self._stop = threading.Event()
+        self._forget = True
         self._thread: threading.Thread | None = None
 
     def info(self, busy_slots: int, slots: int) -> WorkerInfo:
@@ -85,16 +86,32 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_ms / 1000):
             self.beat_once()
+        if self._forget:
+            self._forget_now()
 
-    def stop(self, *, forget: bool = True) -> None:
-        """Stops beating and removes the heartbeat, so a cleanly stopped worker leaves at once.
-        ``forget=False`` leaves it to expire, as a killed process's does (actors.testing)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if not forget:
-            return
+    def _forget_now(self) -> None:
         try:
             heartbeats.forget(self.store.client, self.store.namespace, self.name)
         except redis.RedisError as exc:  # it expires by itself
             log.warning("heartbeat not removed: %s", exc)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, *, forget: bool = True, wait_s: float = 5.0) -> bool:
+        """Stops beating; the thread removes the heartbeat on its way out, so a cleanly stopped
+        worker leaves at once (``forget=False`` leaves it to expire, as a killed process's does:
+        actors.testing). Waits up to ``wait_s`` for the thread, which may be in a Redis call;
+        True when it ended. The ActorSystem waits 0 here and joins it with ``wait``."""
+        self._forget = forget
+        self._stop.set()
+        return self.wait(wait_s)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for the thread to end; True when it has (or never ran)."""
+        if self._thread is None:
+            return True
+        if timeout_s > 0:
+            self._thread.join(timeout=timeout_s)
+        return not self._thread.is_alive()

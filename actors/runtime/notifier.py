@@ -161,10 +161,18 @@ class ShardNotifier:
         self._subscribed.wait(timeout_s)
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 2.0) -> bool:
+        """Ends the thread (within one read, unless it waits on a connection); waits up to
+        ``wait_s`` for it. True when it ended."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
+        return self.wait(wait_s)
+
+    def wait(self, timeout_s: float) -> bool:
+        if self._thread is threading.current_thread() or not self._thread.is_alive():
+            return True
+        if timeout_s > 0:
+            self._thread.join(timeout=timeout_s)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         # At most a second between tries: one connection, and each try after a heal that it

@@ -7,10 +7,12 @@
 4. Drain the pools: jobs fetched but not started are released to the front of their ready list
    (no attempt counted); running handlers get until the grace deadline to finish and be acked.
 5. Stop pools and listeners. Jobs still running keep their lease; a sweeper (in this or another
-   process) recovers them when it expires. ActorSystem.stop then stops the notifier (its
-   pub/sub connection) and the facade closes its client.
-Every wait is bounded by the grace deadline or by grace + ``STOP_MARGIN_S``, so stopping takes
-at most grace + about a second, whatever state Redis or the actors are in.
+   process) recovers them when it expires.
+Every wait is bounded by the grace deadline or by the hard deadline ActorSystem.stop gives (grace
++ ``STOP_BOUND_S`` - ``CUT_RESERVE_S``). An actor still waiting on Redis then (a partition) is
+named in the answer; ActorSystem.stop cuts the actors' connections (actors/storage/fence.py) so
+it can no longer act, stops the notifier and the heartbeat the same way, and the facade closes its
+client: stopping takes at most grace + ``STOP_BOUND_S``, whatever Redis or the network do.
 """
 
 from __future__ import annotations
@@ -28,17 +30,27 @@ from actors.runtime.messages import Drain, Stats, StopFetching, StopSupervising
 
 log = logging.getLogger("actors.shutdown")
 
-# What stopping may take beyond the grace period: stopping actors, the last acks.
-STOP_MARGIN_S = 0.9
+# What stop() may take beyond the grace period: stopping actors, the last acks, and cutting off
+# what did not stop. The last CUT_RESERVE_S of it are kept for the cut and the facade's close.
+STOP_BOUND_S = 1.0
+CUT_RESERVE_S = 0.3
 # Listeners get at least this long to stop fetching, even with grace=0.
 _STOP_FETCHING_MIN_S = 0.3
 
 
 @dataclass(frozen=True, slots=True)
 class Shutdown:
-    """ShutdownCoordinator (ask): run the sequence; answers a report dict."""
+    """ShutdownCoordinator (ask): run the sequence by ``hard_deadline`` (time.monotonic());
+    answers a ShutdownResult."""
 
     grace_s: float
+    hard_deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownResult:
+    report: dict[str, Any]  # seconds, still_running, stopped, not_stopped
+    pending: dict[str, pykka.Future[Any]]  # the stops of the actors in not_stopped
 
 
 class ShutdownCoordinator(pykka.ThreadingActor):
@@ -48,13 +60,12 @@ class ShutdownCoordinator(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Shutdown):
-            return self._shutdown(message.grace_s)
+            return self._shutdown(message.grace_s, message.hard_deadline)
         return None
 
-    def _shutdown(self, grace_s: float) -> dict[str, Any]:
+    def _shutdown(self, grace_s: float, hard_deadline: float) -> ShutdownResult:
         started = time.monotonic()
-        grace_deadline = started + max(0.0, grace_s)
-        hard_deadline = grace_deadline + STOP_MARGIN_S
+        grace_deadline = min(started + max(0.0, grace_s), hard_deadline)
         refs = self._take_over(hard_deadline)
         listeners = {n: r for n, r in refs.items() if n.startswith("listener:")}
         pools = {n: r for n, r in refs.items() if n.startswith("pool:")}
@@ -67,16 +78,18 @@ class ShutdownCoordinator(pykka.ThreadingActor):
 
         still_running = self._drain(pools, grace_deadline)
         stopping |= {name: _stop_later(ref) for name, ref in {**pools, **listeners}.items()}
-        not_stopped = [
-            name for name, future in stopping.items() if not _wait(future, hard_deadline)
-        ]
-        if not_stopped:
-            log.warning("still stopping when the stop returned: %s", ", ".join(not_stopped))
-        return {
+        pending = {
+            name: future
+            for name, future in stopping.items()
+            if future is not None and not _wait(future, hard_deadline)
+        }
+        report = {
             "seconds": round(time.monotonic() - started, 3),
             "still_running": still_running,
-            "not_stopped": not_stopped,
+            "stopped": sorted(set(stopping) - set(pending)),
+            "not_stopped": sorted(pending),
         }
+        return ShutdownResult(report, pending)
 
     def _take_over(self, deadline: float) -> dict[str, pykka.ActorRef[Any]]:
         try:

@@ -27,9 +27,16 @@ from actors.runtime.messages import CurrentRefs, Health, SetListener, Stats, Sup
 from actors.runtime.notifier import ShardNotifier, notifier_for
 from actors.runtime.pool import ConsumerPool
 from actors.runtime.recorder import NO_RECORDER, Recorder
-from actors.runtime.shutdown import STOP_MARGIN_S, Shutdown, ShutdownCoordinator
+from actors.runtime.shutdown import (
+    CUT_RESERVE_S,
+    STOP_BOUND_S,
+    Shutdown,
+    ShutdownCoordinator,
+    ShutdownResult,
+)
 from actors.runtime.sweeper import RetrySweeper
 from actors.runtime.watchdog import Watchdog
+from actors.storage.fence import Fence
 from actors.storage.liveness import without_timeout
 from actors.storage.store import Store
 from actors.tracing import Tracing
@@ -83,7 +90,11 @@ class ActorSystem:
         hooks: FailureHooks | None = None,
         tracing: Tracing | None = None,
     ) -> None:
-        self.store = store
+        # The actors' own connections, which stop() cuts when one of them did not stop in time
+        # (fence.py); a client whose pool cannot be copied (a cluster) is shared, unfenced.
+        self.fence = Fence()
+        fenced = self.fence.client_for(store.client)
+        self.store = store if fenced is None else store.on_client(fenced)
         self.recorder = recorder  # the pools' metrics (actors.metrics), or nothing
         self.clock = clock
         self.handlers = handlers
@@ -94,9 +105,9 @@ class ActorSystem:
         self.coordinator: pykka.ActorRef[Any] | None = None
         # The process's one wake path: one pub/sub connection for every shard's wake and ready
         # signals, for one shard as for many.
-        self.notifier: ShardNotifier = notifier_for(store)
+        self.notifier: ShardNotifier = notifier_for(self.store)
         self.heartbeat = Heartbeat(
-            store,
+            self.store,
             clock,
             settings.consumer,
             [spec.topic for spec in handlers],
@@ -225,19 +236,79 @@ class ActorSystem:
         return found
 
     def stop(self, grace_s: float) -> dict[str, Any]:
-        """Runs the shutdown sequence; returns within grace + about a second."""
+        """Runs the shutdown sequence; returns within grace + STOP_BOUND_S whatever Redis and the
+        network do. What had not stopped by then (an actor, the heartbeat or the notifier waiting
+        on Redis in a partition) is cut off from Redis (fence.py): it cannot act any more, and
+        the report names it. Report: ``seconds`` (real time taken), ``stopped``,
+        ``not_stopped`` (cut off), ``abandoned`` (cut off and still alive at return: a thread
+        pykka cannot end, which can no longer reach Redis), ``still_running`` (pools whose
+        handlers outlived the grace period: their jobs keep their leases)."""
         if self.coordinator is None:
             return {}
-        self.heartbeat.stop()  # stopping workers take no new jobs: no longer listed
+        started = time.monotonic()
+        deadline = started + max(0.0, grace_s) + STOP_BOUND_S
+        cut_at = deadline - CUT_RESERVE_S
+        # Stopping workers take no new jobs: no longer listed. Its thread removes the heartbeat
+        # meanwhile (a Redis write, which a partition may hold until the cut). Notices are not
+        # needed any more: listeners stop fetching first.
+        self.heartbeat.stop(wait_s=0)
+        self.notifier.stop(wait_s=0)
+        report: dict[str, Any]
+        pending: dict[str, pykka.Future[Any]] = {}
         try:
-            report: dict[str, Any] = ask(
-                self.coordinator, Shutdown(grace_s), grace_s + STOP_MARGIN_S + 1.0
+            result: ShutdownResult = ask(
+                self.coordinator, Shutdown(grace_s, cut_at), _left(cut_at) + 0.05
             )
+            report, pending = result.report, result.pending
         except pykka.Timeout:
-            report = {"error": "the shutdown sequence did not finish in time"}
-        with contextlib.suppress(pykka.Timeout):  # it is idle once it has answered
-            self.coordinator.stop(block=True, timeout=0.2)
+            report = {"error": "the shutdown sequence did not finish in time", "stopped": []}
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.coordinator.stop(block=False)  # idle once it has answered
         self.coordinator = None
         self.watchdog = None
-        self.notifier.stop()
+        threads = {"heartbeat": self.heartbeat.wait, "notifier": self.notifier.wait}
+        late = sorted(
+            [name for name, future in pending.items() if not _done(future)]
+            + [name for name, wait in threads.items() if not wait(_left(cut_at))]
+        )
+        if late:
+            log.warning("not stopped in time, cut off from Redis: %s", ", ".join(late))
+            self.fence.cut()
+        else:
+            self.store.drop_connections()  # every actor stopped: close their connections
+            self.fence.cut()  # and any still taken
+        # Cut off, they fail their Redis calls at once and end; what has not ended by the
+        # deadline is left, unable to reach Redis.
+        end_by = deadline - CUT_RESERVE_S / 3  # the rest is the facade's close
+        abandoned = [
+            name
+            for name in late
+            if not (
+                _done(pending[name], end_by) if name in pending else threads[name](_left(end_by))
+            )
+        ]
+        if abandoned:
+            log.warning("abandoned, cut off from Redis: %s", ", ".join(abandoned))
+        stopped = set(report.get("stopped", ())) | {n for n in threads if n not in late}
+        report |= {
+            "stopped": sorted(stopped),
+            "not_stopped": late,
+            "abandoned": abandoned,
+            "seconds": round(time.monotonic() - started, 3),
+        }
         return report
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _done(future: pykka.Future[Any], by: float | None = None) -> bool:
+    """Whether the future resolved (with anything, an error too), waiting until ``by``."""
+    try:
+        future.get(timeout=0 if by is None else _left(by))
+    except pykka.Timeout:
+        return False
+    except Exception:  # e.g. ActorDeadError: gone, which is what was waited for
+        return True
+    return True

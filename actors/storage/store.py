@@ -25,6 +25,7 @@ With one shard every transition is one script call, one round trip.
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import logging
@@ -152,6 +153,14 @@ class Store(ShardPlan):
         self._batch = ScriptBatch(client)
         self._rotation: dict[str, Iterator[int]] = defaultdict(itertools.count)
         self._rotation_lock = threading.Lock()
+
+    def on_client(self, client: redis.Redis) -> Store:
+        """This store (its shards, settings and topic configs, shared) on another client of the
+        same Redis: a worker's actors use one whose connections its stop can cut (fence.py)."""
+        twin = copy.copy(self)
+        twin.client = client
+        twin._batch = ScriptBatch(client)
+        return twin
 
     def drop_connections(self, in_use: bool = False) -> None:
         """Closes the client's idle connections (held ones and pooled ones), and with ``in_use``

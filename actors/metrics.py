@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from actors.queue import DelayQueue
     from actors.storage.store import Store
+    from actors.values import TopicLimits
 
 log = logging.getLogger("actors.metrics")
 
@@ -154,6 +155,26 @@ class PrometheusRecorder:
         yield from (events, lateness, durations, busy)
 
 
+def _limit_gauges(read: Callable[[], Mapping[str, TopicLimits]]) -> Iterable[Metric]:
+    limit = GaugeMetricFamily(
+        "redelay_topic_limit",
+        "A limited topic's limits (redelay limit): rate_per_second (jobs leased per second "
+        "at most) and max_in_flight; absent for a limit that is not set.",
+        labels=["topic", "limit"],
+    )
+    try:
+        limits = read()
+    except redis.RedisError as exc:
+        log.warning("metrics: reading the topics' limits failed: %s", exc)
+        limits = {}
+    for topic, each in sorted(limits.items()):
+        if each.rate is not None:
+            limit.add_metric([topic, "rate_per_second"], each.rate[0] / each.rate[1])
+        if each.max_in_flight is not None:
+            limit.add_metric([topic, "max_in_flight"], each.max_in_flight)
+    yield limit
+
+
 class RedisCollector:
     """Read at scrape time: jobs per topic and state (``Store.stats``: the counters the scripts
     keep, for every process's jobs), whether that read worked, and, given ``health``, the
@@ -165,11 +186,13 @@ class RedisCollector:
         health: Callable[[], Mapping[str, Any]] | None = None,
         memory: Callable[[], Mapping[str, Any]] | None = None,
         overdue: Callable[[], float] | None = None,
+        limits: Callable[[], Mapping[str, TopicLimits]] | None = None,
     ) -> None:
         self._stats = stats
         self._health = health
         self._memory = memory
         self._overdue = overdue
+        self._limits = limits
 
     def collect(self) -> Iterable[Metric]:
         jobs = GaugeMetricFamily(
@@ -218,6 +241,8 @@ class RedisCollector:
             except redis.RedisError as exc:
                 log.warning("metrics: reading the earliest due time failed: %s", exc)
             yield overdue
+        if self._limits is not None:
+            yield from _limit_gauges(self._limits)
         if self._health is not None:
             restarts = CounterMetricFamily(
                 "redelay_actor_restarts",
@@ -294,7 +319,11 @@ def registry(queue: DelayQueue) -> CollectorRegistry:
     made.register(recorder)
     made.register(
         RedisCollector(
-            queue.stats, queue.health, queue.store.memory, lambda: overdue_s(queue.store)
+            queue.stats,
+            queue.health,
+            queue.store.memory,
+            lambda: overdue_s(queue.store),
+            lambda: queue.store.all_limits(),
         )
     )
     queue._recorder = recorder
@@ -305,11 +334,13 @@ def redis_registry(
     stats: Callable[[], Mapping[str, Mapping[str, int]]],
     memory: Callable[[], Mapping[str, Any]] | None = None,
     overdue: Callable[[], float] | None = None,
+    limits: Callable[[], Mapping[str, TopicLimits]] | None = None,
 ) -> CollectorRegistry:
     """Only the Redis-read gauges, from ``stats`` (e.g. ``store.stats``; ``redelay metrics``),
-    ``memory`` (``store.memory``) and ``overdue`` (:func:`overdue_s`)."""
+    ``memory`` (``store.memory``), ``overdue`` (:func:`overdue_s`) and ``limits``
+    (``store.all_limits``)."""
     made = CollectorRegistry()
-    made.register(RedisCollector(stats, memory=memory, overdue=overdue))
+    made.register(RedisCollector(stats, memory=memory, overdue=overdue, limits=limits))
     return made
 
 

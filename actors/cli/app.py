@@ -106,6 +106,7 @@ COMMAND_MODULES: dict[str, str] = {
     "schedules": "schedules",
     "pause": "topics",
     "resume": "topics",
+    "limit": "limits",
     "import": "importing",
     "outbox": "outbox",
 }

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from actors import _constants as c
 from actors import _validation as validation
 from actors.cli.context import Context
+from actors.cli.limits import describe as describe_limits
+from actors.cli.limits import limits_json
 from actors.cli.outbox import add_db_option, db_url, outbox_status, status_line
 from actors.cli.output import (
     STATES,
@@ -232,6 +234,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     next_due_ms = store.earliest_due_ms()
     audit_entries = store.audit_length()
     memory = store.memory()
+    limits = store.all_limits()  # why a topic with a ready backlog may be slow
     # The outbox's backlog: the rows the relay has yet to move, and how late the oldest is.
     outbox = None if db_url(args) is None else outbox_status(str(db_url(args)))
     used = ctx.namespace_used(counts, audit_entries)
@@ -252,6 +255,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
                 "next_due_ms": next_due_ms,
                 "audit_entries": audit_entries,
                 "redis": memory,
+                "limits": {topic: limits_json(each) for topic, each in limits.items()},
             }
             | ({} if outbox is None else {"outbox": outbox})
         )
@@ -265,6 +269,9 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> int:
     now_ms = store.clock.now_ms()
     due = "-" if next_due_ms is None else format_relative_ms(next_due_ms, now_ms)
     print(f"\nnamespace {store.namespace}; next delayed job due: {due}; audit: {audit_entries}")
+    if limits:
+        shown = "; ".join(f"{topic}: {describe_limits(each)}" for topic, each in limits.items())
+        print(f"limited (redelay limit): {shown}")
     if outbox is not None:
         print(status_line(outbox))
     if memory["full"]:

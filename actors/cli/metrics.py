@@ -36,7 +36,10 @@ def run_metrics(ctx: Context, args: argparse.Namespace) -> int:
     counts = store.stats(with_paused=True)
     memory = store.memory()
     overdue = metrics.overdue_s(store)
-    registry = metrics.redis_registry(lambda: counts, lambda: memory, lambda: overdue)
+    limits = store.all_limits()
+    registry = metrics.redis_registry(
+        lambda: counts, lambda: memory, lambda: overdue, lambda: limits
+    )
     if ctx.json:
         print_json(metrics.samples(registry))
     else:

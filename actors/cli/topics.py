@@ -44,7 +44,8 @@ def run_pause(ctx: Context, args: argparse.Namespace) -> int:
     store = ctx.store()
     known = set(store.topics()) | store.paused_topics()
     if args.topic not in known and not args.new:
-        raise _unknown(args.topic, sorted(known), args.paused)
+        hint = "--new to pause it before its first job" if args.paused else None
+        raise unknown_topic(args.topic, sorted(known), hint)
     changed = store.pause(args.topic, args.paused)
     if ctx.json:
         print_json({"topic": args.topic, "paused": args.paused, "changed": changed})
@@ -54,12 +55,13 @@ def run_pause(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _unknown(topic: str, known: list[str], pausing: bool) -> CliError:
-    """A topic that no job, worker or pause ever used: most likely a typo of a real one."""
+def unknown_topic(topic: str, known: list[str], new_hint: str | None) -> CliError:
+    """A topic that no job, worker or gate ever used: most likely a typo of a real one.
+    ``new_hint``: how to act on it anyway ("--new to pause it before its first job")."""
     close = difflib.get_close_matches(topic, known, n=3)
     message = f"no topic {topic!r} in this namespace (no job has used it)"
     if close:
         message += f"; did you mean {' or '.join(close)}?"
-    if pausing:
-        message += " Pass --new to pause it before its first job."
+    if new_hint:
+        message += f" Pass {new_hint}."
     return CliError(Exit.NOT_FOUND, "not_found", message, {"topic": topic, "similar": close})

@@ -20,6 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from actors import _validation as validation
+from actors.cli.limits import describe as describe_limits
 from actors.cli.output import CliError, parse_time_ms
 from actors.dashboard import actions, security, views
 from actors.dashboard.charts import bar_chart
@@ -27,6 +28,7 @@ from actors.dashboard.samples import Samples
 from actors.errors import ValidationError
 from actors.storage.listing import LISTED_STATES
 from actors.storage.store import Store
+from actors.values import TopicLimits
 
 PAGE_SIZE = 50
 DEAD_SHOWN = 500
@@ -112,6 +114,8 @@ class Pages:
                 "risen": risen,
                 "totals": totals,
                 "states": STATES,
+                "limits": self.store.all_limits(),
+                "describe_limits": describe_limits,
                 "rate_chart": bar_chart(per_second, title="jobs acked per second", unit="jobs/s"),
                 "late_chart": bar_chart(lateness, title="worst delivery lateness", unit="s late"),
                 "sampled": self.samples.sampled,
@@ -128,6 +132,7 @@ class Pages:
         except ValidationError as exc:
             return self.problem(request, 400, str(exc))
         counts = self.store.stats(with_paused=True).get(topic, {})
+        limits = self.store.limits(topic)
         jobs = [info for info in page.jobs if info.id.startswith(prefix)]
         return self.render(
             request,
@@ -138,6 +143,7 @@ class Pages:
                 "states": STATES,
                 "counts": counts,
                 "paused": bool(counts.get("paused")),
+                "limited": describe_limits(limits) if limits != TopicLimits() else None,
                 "prefix": prefix,
                 "jobs": jobs,
                 "next_after": page.next_after,

@@ -307,6 +307,18 @@ class Store(ShardPlan):
         raw = self.client.hget(self.keys.gates, f"{topic}|limits")
         return gates.parse_limits(None if raw is None else decoded(raw))
 
+    @_cluster_errors
+    def all_limits(self) -> dict[str, TopicLimits]:
+        """Every limited topic's limits, by topic (one read of the first shard's gates, which
+        holds every topic's description, as each shard does)."""
+        fields = self.client.hgetall(self.keys.gates)
+        found = {}
+        for name, raw in fields.items():
+            topic, _, field = decoded(name).rpartition("|")
+            if field == "limits":
+                found[topic] = gates.parse_limits(decoded(raw))
+        return dict(sorted(found.items()))
+
     # -- transitions ------------------------------------------------------------------------
 
     @_cluster_errors

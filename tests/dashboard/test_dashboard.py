@@ -23,7 +23,7 @@ from actors.dashboard.samples import Samples
 from actors.errors import ValidationError
 from actors.schedules import ScheduleSpec
 from actors.storage.store import Store
-from actors.values import JobInfo
+from actors.values import JobInfo, TopicLimits
 
 NS = "dash"
 
@@ -347,6 +347,20 @@ def test_the_job_page_tells_a_job_that_ended_from_one_never_added(store: Store, 
     status, page, _ = fetch(url + "/job?topic=later&id=typo")
     assert status == 404 and "it was never added here" in page
     assert "acked, cancelled or purged" not in page and "any more" not in page
+
+
+def test_a_limited_topic_says_so_on_the_overview_and_its_page(store: Store, url: str) -> None:
+    store.add(store.new_job("mail", "m1", None, delay_ms=600_000))
+    store.add(store.new_job("free", "f1", None, delay_ms=600_000))
+    _, page, _ = fetch(url + "/topic?name=mail")
+    assert 'id="limited"' not in page
+    store.set_limits("mail", TopicLimits((10, 2.0), 5))
+    _, page, _ = fetch(url + "/")
+    row = page.split('data-topic="mail"')[1].split("</tr>")[0]
+    assert "limited: 10 per 2.0s, 5 in flight" in row
+    assert "limited" not in page.split('data-topic="free"')[1].split("</tr>")[0]
+    _, page, _ = fetch(url + "/topic?name=mail")
+    assert 'id="limited"' in page and "10 per 2.0s, 5 in flight" in page
 
 
 def test_a_bad_topic_or_cursor_is_a_clear_400(url: str) -> None:

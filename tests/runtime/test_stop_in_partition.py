@@ -1,7 +1,8 @@
-"""stop() during a partition (tests/_proxy.py blackholes a real worker's connections): it returns
-within grace + 1 s, its report says which actors stopped, which were cut off from Redis and how
-long it really took, and nothing of the worker reaches Redis after it returns, not even once the
-partition heals (docs/operations.md#network-faults). Run on the oldest redis-py too."""
+"""stop() during a partition (simulations/crash/proxy.py blackholes a real worker's
+connections): it returns within grace + 1 s, its report says which actors stopped, which were cut
+off from Redis and how long it really took, and nothing of the worker reaches Redis after it
+returns, not even once the partition heals (docs/operations.md#network-faults). Run on the
+oldest redis-py too."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from typing import Any
 
 import pykka
 import pytest
-from _proxy import Proxy
 from _wait import wait_until
 
 from actors import DelayQueue, Job
 from actors.runtime.shutdown import STOP_BOUND_S
 from actors.server.embedded import RedisProcess
 from actors.testing import actor_system
+from simulations.crash.proxy import Proxy
 
 TcpRedis = tuple[RedisProcess, tuple[str, int]]
 

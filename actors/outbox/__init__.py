@@ -113,9 +113,9 @@ def cancel(session: Session | AsyncSession, topic: str, job_id: str) -> Awaitabl
 def _write(session: Session | AsyncSession, write: OutboxWrite) -> Awaitable[None] | None:
     if isinstance(session, AsyncSession):
         return _write_async(session, write)
-    session.execute(upsert(session.get_bind().dialect.name, write))
+    session.execute(upsert(session.get_bind().dialect.name), write.values())
     return None
 
 
 async def _write_async(session: AsyncSession, write: OutboxWrite) -> None:
-    await session.execute(upsert(session.get_bind().dialect.name, write))
+    await session.execute(upsert(session.get_bind().dialect.name), write.values())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, case, literal
+from sqlalchemy import and_, bindparam, case, literal
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
@@ -18,8 +18,20 @@ from actors.outbox._table import db_now_ms, table
 _MERGED = ("token", "written_ms", "delay_ms", "at_ms", "body", "retry_ms", "lease_ms", "callback")
 
 
-def upsert(dialect: str, write: OutboxWrite) -> Insert:
-    """The statement for ``dialect`` ("postgresql" or "sqlite")."""
+def upsert(dialect: str) -> Insert:
+    """The statement for ``dialect`` ("postgresql" or "sqlite"), its values bound by name (an
+    OutboxWrite's ``values()``). Built once per dialect: building the construct cost ten times
+    more than sending it."""
+    statement = _STATEMENTS.get(dialect)
+    if statement is None:
+        statement = _STATEMENTS[dialect] = _build(dialect)
+    return statement
+
+
+_STATEMENTS: dict[str, Insert] = {}
+
+
+def _build(dialect: str) -> Insert:
     insert: Any
     if dialect == "postgresql":
         insert = postgresql.insert(table)
@@ -27,7 +39,9 @@ def upsert(dialect: str, write: OutboxWrite) -> Insert:
         insert = sqlite.insert(table)
     else:
         raise NotImplementedError(f"the outbox supports PostgreSQL and SQLite, not {dialect}")
-    statement = insert.values(**write.values(), written_ms=db_now_ms())
+    names = OutboxWrite.__slots__
+    bound: dict[str, Any] = {name: bindparam(name, type_=table.c[name].type) for name in names}
+    statement = insert.values({**bound, "written_ms": db_now_ms()})
     new = statement.excluded
     # An add over a pending add or replace keeps the row; over a pending cancel it replaces.
     keeps = and_(new.op == "add", table.c.op != "cancel")

@@ -7,9 +7,11 @@ the keyword arguments given."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from pathlib import Path
+from types import ModuleType
 
 import actors
 from actors import AsyncDelayQueue, DelayQueue
@@ -59,7 +61,7 @@ def problems(text: str | None = None) -> list[str]:
                 continue
             accepted = inspect.signature(method).parameters
             for keyword in call.keywords:
-                if keyword.arg not in accepted and keyword.arg != "robust":  # on_commit's
+                if keyword.arg not in accepted:
                     found.append(f"{cls.__name__}.{name} takes no {keyword.arg}")
         found += outbox_problems(tree)
     return found
@@ -69,16 +71,34 @@ def problems(text: str | None = None) -> list[str]:
 SUBMODULES = ("outbox",)
 
 
+def outbox_module(tree: ast.Module) -> ModuleType:
+    """What ``outbox`` names in a block: actors.outbox, or its Django face imported as it."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "actors.outbox"
+            and any(a.name == "django" and a.asname == "outbox" for a in node.names)
+        ):
+            return importlib.import_module("actors.outbox.django")
+    return importlib.import_module("actors.outbox")
+
+
+def outbox_calls(tree: ast.Module) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and ast.unparse(node.func.value) == "outbox"
+    ]
+
+
 def outbox_problems(tree: ast.Module) -> list[str]:
     """``outbox.add``/``outbox.cancel`` calls: the function exists and takes the keywords."""
-    from actors import outbox
-
+    outbox = outbox_module(tree)
     found = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        if ast.unparse(node.func.value) != "outbox":
-            continue
+    for node in outbox_calls(tree):
+        assert isinstance(node.func, ast.Attribute)
         function = getattr(outbox, node.func.attr, None)
         if function is None:
             found.append(f"outbox.{node.func.attr} does not exist")
@@ -97,7 +117,7 @@ def test_the_page_has_the_three_frameworks_and_a_worker() -> None:
     headings = (
         "## FastAPI",
         "## aiohttp",
-        "## Django: add on commit",
+        "## Django: the outbox",
         "## The worker",
         "## Transactional enqueue: the outbox",
     )
@@ -107,7 +127,8 @@ def test_the_page_has_the_three_frameworks_and_a_worker() -> None:
 
 
 def test_what_the_examples_use_of_redelay_exists() -> None:
-    assert sum(len(queue_calls(tree)) for tree in trees()) >= 7
+    assert sum(len(queue_calls(tree)) for tree in trees()) >= 5
+    assert sum(len(outbox_calls(tree)) for tree in trees()) >= 4
     assert problems() == []
 
 
@@ -118,6 +139,7 @@ def test_a_wrong_method_or_keyword_is_noticed() -> None:
         .replace("delay=PAYMENT_WINDOW_S", "wait=PAYMENT_WINDOW_S", 1)
         .replace("await outbox.cancel(", "await outbox.drop(", 1)
         .replace('delay=15 * 60)\n    return {"id": order.id}', "after=900)\n    return {}", 1)
+        .replace('outbox.cancel("order.timeout", str(order_id))', "outbox.forget()", 1)
     )
     assert broken != text
     assert sorted(problems(broken)) == [
@@ -125,4 +147,5 @@ def test_a_wrong_method_or_keyword_is_noticed() -> None:
         "AsyncDelayQueue.remove does not exist",
         "outbox.add takes no after",
         "outbox.drop does not exist",
+        "outbox.forget does not exist",
     ]

@@ -130,6 +130,8 @@ class World:
         self.paused: set[str] = set()  # topics paused now (see pause)
         self.hangs = Hangs()
         self.counters = Counters(threading.Lock())
+        # Each backward step: (Redis's real time at the step, ms back), for the checkers.
+        self.clock_steps: list[tuple[int, int]] = []
         self.fault_counts: Counter[str] = Counter()
         self.user_handlers = user_handlers or {}
         self.body = body or (lambda topic, job_id: {"id": job_id})
@@ -272,6 +274,22 @@ class World:
         self.fault_counts[kind] += 1
         self.ledger.fault(self.clock.now_ms(), kind, detail)
 
+    def step_back(self, back_ms: int) -> None:
+        """Redis's own clock steps back (an NTP step on its host): the scripts follow this
+        clock, so due times and lease deadlines come later by true time, never sooner, and
+        timers already set wait the longer. A job made ready before the step may be leased at
+        a time before its due time by the clock: the checkers judge it by true time, so the
+        step's place in the audit stream is kept by Redis's real time, read while every actor
+        is idle (the driver fires this fault only in a quiet phase), with a millisecond's gap
+        either side so no entry shares the millisecond.
+        """
+        time.sleep(0.002)  # the gap before: entries so far have older stream ids
+        seconds, micros = self.admin.time()
+        self.clock_steps.append((int(seconds) * 1000 + int(micros) // 1000, back_ms))
+        time.sleep(0.002)  # the gap after
+        self.clock.jump(-back_ms)
+        self.record_fault("clock_step_back", f"-{back_ms} ms")
+
     def fire(self, kind: str, rng: random.Random) -> str | None:
         """Fires one scheduled fault. Returns the slot to restart later, if any."""
         alive = self.alive_workers()
@@ -283,6 +301,9 @@ class World:
             jump_ms = rng.randint(*self.settings.clock_jump_ms)
             self.clock.jump(jump_ms)
             self.record_fault(kind, f"+{jump_ms} ms")  # at the time it jumped to
+            return None
+        if kind == "clock_step_back":
+            self.step_back(rng.randint(*self.settings.clock_jump_ms))
             return None
         if not alive:
             return None  # every worker is down already

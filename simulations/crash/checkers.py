@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
@@ -154,6 +154,10 @@ class Evidence:
     # Some worker's wall clock was stepped: a run's start read on its worker's clock says
     # nothing, so only runs with the server's time (RunRow.server_ms) are judged.
     worker_clocks_stepped: bool = False
+    # The deterministic simulator's clock (the scripts' time) stepped back: (the audit stream's
+    # time at the step, ms back) each. ``early`` then judges by true time: a time the clock read
+    # plus every step back before it, placed by the entry that carries it.
+    clock_steps: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,14 +286,20 @@ def _runs_by_key(runs: Iterable[RunRow]) -> dict[Key, list[RunRow]]:
 def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
     found: list[Violation] = []
     tolerance = ev.early_tolerance_ms
+    # What the clock read at an entry lags true time by (0 unless the clock stepped back).
+    behind = _steps_behind(ev, index)
+    # Each lease's job due time, in true time (for its runs).
+    due_of_lease: dict[LeaseId, int] = {}
     for key, events in index.by_key.items():
         due: int | None = None
         for pos, fields in events:
             event = fields.get("e")
             if event in _DUE_EVENTS and "due" in fields:
-                due = int(fields["due"])
+                due = int(fields["due"]) + behind(pos)
             elif event == "leased" and due is not None:
+                due_of_lease[(key, fields.get("tok", ""))] = due
                 at = index.server_ms(pos) if ev.audit_time == "server" else int(fields["ms"])
+                at += behind(pos)
                 if at + tolerance < due:
                     found.append(
                         Violation(
@@ -302,17 +312,31 @@ def check_early(ev: Evidence, index: AuditIndex) -> list[Violation]:
     for run in ev.ledger.runs:
         if run.server_ms is not None or ev.worker_clocks_stepped:
             continue  # judged by check_early_by_redis, or by no clock worth reading
-        due = _run_due(ev, run)
-        if run.started_ms + tolerance < due:
+        due, started = _run_due(ev, run), run.started_ms
+        if ev.clock_steps:
+            # No step falls between a lease and its run's start (steps wait for idle actors).
+            lease = (run.key, run.token)
+            if lease not in due_of_lease:
+                continue  # no lease in the stream to place it by: its lease was judged
+            due = due_of_lease[lease]
+            started += behind(index.lease_pos[lease])
+        if started + tolerance < due:
             found.append(
                 Violation(
                     Failure.EARLY,
                     run.key,
-                    f"handler started {due - run.started_ms} ms before the due time {due} "
+                    f"handler started {due - started} ms before the due time {due} "
                     f"(attempt {run.attempt}, token {run.token}, worker {run.worker})",
                 )
             )
     return found
+
+
+def _steps_behind(ev: Evidence, index: AuditIndex) -> Callable[[int], int]:
+    """How far the clock was behind true time when the entry at a position was written."""
+    if not ev.clock_steps:
+        return lambda pos: 0
+    return lambda pos: sum(back for at, back in ev.clock_steps if at < index.server_ms(pos))
 
 
 def _run_due(ev: Evidence, run: RunRow) -> int:
@@ -660,6 +684,7 @@ GLOBAL_FAULTS = frozenset(
         "connection_drop",
         "connection_kill",
         "clock_jump",
+        "clock_step_back",
         "redis_restart",
         "master_kill",
         "slot_migration",

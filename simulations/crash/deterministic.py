@@ -42,7 +42,7 @@ from .checkers import (
     check_all,
     exit_codes_text,
 )
-from .det_settings import MODES, DetSettings, derive
+from .det_settings import LATER_FAULTS, MODES, DetSettings, derive
 from .user_check import APP_DIR_ENV, load_check, prepare_app_dir, run_check
 from .workload import fault_times, storms
 
@@ -108,10 +108,14 @@ def plan(settings: DetSettings, start_ms: int) -> list[Planned]:
         push(start_ms + until, "resume", pauses.random() < 0.5, topic)
     # Faults come in storms with calm periods between; within a storm at twice the mean rate.
     periods = storms(rng, settings.duration_ms, settings.storm_ms, settings.calm_ms)
+    later = random.Random(f"{settings.seed}:later-fault-times")
     for kind, interval_ms in sorted(settings.fault_interval_ms.items()):
-        for fault_at in fault_times(rng, periods, interval_ms / 2):
-            busy = rng.random() < settings.busy_fault_share
-            push(start_ms + int(fault_at), kind, busy, rng.randrange(2**32))
+        # A kind added later draws from its own source: the others' times stay what they were.
+        draw = later if kind in LATER_FAULTS else rng
+        for fault_at in fault_times(draw, periods, interval_ms / 2):
+            # A backward step fires while the actors are idle (see World.step_back).
+            busy = draw.random() < settings.busy_fault_share and kind != "clock_step_back"
+            push(start_ms + int(fault_at), kind, busy, draw.randrange(2**32))
     heapq.heapify(events)
     return events
 
@@ -289,6 +293,7 @@ def run(args: argparse.Namespace, summary_out: TextIO | None = None) -> int:
             early_tolerance_ms=0,
             fault_window_ms=settings.fault_window_ms,
             schedules=driver.schedules,
+            clock_steps=tuple(world.clock_steps),
         )
         simulated_ms = world.clock.now_ms() - world.start_ms
         steps, settles, cut_short = driver.steps, dict(world.settle_results), driver.cut_short

@@ -1,6 +1,7 @@
-"""The chaos simulator's production faults (--production-faults, issue 51 section 6): the checker
-that times each run by Redis's own clock, the settings and plans the seed draws for the faults, the
-worker's clock hook, and CI runs at several seeds with every new fault on.
+"""The simulators' production faults (issue 51 section 6): the chaos simulator's
+--production-faults (the checker that times each run by Redis's own clock, the settings and plans
+the seed draws, the worker's clock hook, CI runs at several seeds with every new fault on) and
+the deterministic simulator's backward clock steps (judged by true time).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +201,58 @@ def test_chaos_with_production_faults_ci_run(seed: int, tmp_path: Path) -> None:
     poisons = summary["notes"]["poison jobs"].split("; ")
     assert len(poisons) == summary["settings"]["poison_jobs"]
     assert all("killed 0 workers" not in p for p in poisons), poisons
+
+
+def _server_ms_between_entries(store: Store) -> int:
+    """Redis's real time, with a millisecond's gap either side: the place of a clock step in
+    the audit stream (the deterministic world does the same)."""
+    time.sleep(0.002)
+    seconds, micros = store.client.time()
+    time.sleep(0.002)
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_job_ready_before_the_clock_stepped_back_is_not_early_by_true_time(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    """The deterministic simulator's clock is Redis's time: a job made ready, then the clock
+    steps back a minute, then it is leased at a time before its due time by the clock, yet after
+    it by true time. ``early`` judges by true time once it knows the steps; without them the same
+    history is early, and a lease really before its due time still is."""
+    job = JobRow(T, "a", fake_clock.now_ms(), fake_clock.now_ms())
+    store.add(store.new_job(T, "a", {"id": "a"}))  # due now: ready at once
+    step = (_server_ms_between_entries(store), 60_000)
+    fake_clock.jump(-60_000)
+    (lease,) = store.lease(T, 1, "w1.1")
+    store.ack(T, "a", lease.token)
+    run = RunRow(1, T, "a", lease.token, 1, job.due_ms, fake_clock.now_ms(), "w1.1", "ok")
+    ledger = LedgerData({job.key: job}, [], [run], [])
+    audit, live = store.audit_entries(), store.snapshot()
+    assert check_all(Evidence(ledger, audit, live, clock_steps=(step,))).failures == []
+    assert check_all(Evidence(ledger, audit, live)).failures == [Failure.EARLY]
+    # The lease written a second earlier than that: early by true time too.
+    moved = [
+        (i, {**f, "ms": str(int(f["ms"]) - 1_000)} if f["e"] == "leased" else f) for i, f in audit
+    ]
+    verdict = check_all(Evidence(ledger, moved, live, clock_steps=(step,)))
+    assert verdict.failures == [Failure.EARLY]
+    assert "leased 1000 ms before its due time" in verdict.violations[0].message
+
+
+def test_backward_clock_steps_keep_the_deterministic_seeds_other_faults() -> None:
+    from simulations.crash import det_settings
+    from simulations.crash.deterministic import plan
+
+    settings = det_settings.derive(1, "ci")
+    assert "clock_step_back" in settings.fault_interval_ms
+    without = replace(
+        settings,
+        fault_interval_ms={
+            k: v for k, v in settings.fault_interval_ms.items() if k != "clock_step_back"
+        },
+    )
+    others = [e for e in plan(settings, 0) if e.kind != "clock_step_back"]
+    assert [(e.at_ms, e.kind, e.busy, e.data) for e in sorted(others)] == [
+        (e.at_ms, e.kind, e.busy, e.data) for e in sorted(plan(without, 0))
+    ]
+    assert all(not e.busy for e in plan(settings, 0) if e.kind == "clock_step_back")

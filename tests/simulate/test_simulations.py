@@ -528,7 +528,14 @@ def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
     assert "seed 1, mode ci" in stderr  # the settings, printed at the start
     _check_summary(
         summary,
-        {"actor_crash", "connection_drop", "worker_abandon", "worker_stop", "clock_jump"},
+        {
+            "actor_crash",
+            "connection_drop",
+            "worker_abandon",
+            "worker_stop",
+            "clock_jump",
+            "clock_step_back",
+        },
     )
     assert (tmp_path / "deterministic-1" / "lateness.png").stat().st_size > 10_000
 

@@ -144,6 +144,19 @@ SHARDS_MAX: Final = 1_024  # each shard costs every carrier and sweeper one scri
 # A listener held back by a full max_in_flight looks again after this long: the ack that frees a
 # slot may come from another process, which tells no one.
 GATE_FLIGHT_POLL_MS: Final = 100
+
+# Lost leases (lua/_lost.lua): a lease that expired without a result is lost, not failed. A job
+# lost while it ran as a suspect (alone: see SUSPECT_FIELD_SUFFIX) has the loss held against it,
+# and is quarantined (dead) once DEFAULT_LOST_MAX losses are (a topic's own lost_max may differ).
+DEFAULT_LOST_MAX: Final = 3
+LOST_MAX_MAX: Final = 100
+# The jobs one sweep finds lost are due this far apart (cycling every 100), not all at once.
+LOST_SPREAD_MS: Final = 100
+# A gates field "<consumer><suffix>" -> "<member> <token>": the one suspect that consumer runs in
+# this shard; while its lease holds, the consumer is leased nothing else here (lease-10.lua).
+SUSPECT_FIELD_SUFFIX: Final = "|suspect"
+# A consumer that runs a suspect looks for other jobs again after this long.
+SUSPECT_POLL_MS: Final = 100
 RATE_MAX_JOBS: Final = 1_000_000  # most jobs a rate may allow per window
 RATE_WINDOW_MAX_MS: Final = 24 * 3600 * 1000
 IN_FLIGHT_MAX: Final = 1_000_000

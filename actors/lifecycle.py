@@ -33,7 +33,9 @@ class Event(StrEnum):
     LEASED = "leased"
     ACKED = "acked"
     FAILED = "failed"
-    EXPIRED = "expired"
+    EXPIRED = "expired"  # a lease expired, counted as a failed attempt: redelay before lost leases
+    LOST = "lost"  # a lease expired without a result: the job runs again as a suspect
+    QUARANTINED = "quarantined"  # lost too often while it ran alone: dead
     DEAD = "dead"
     EXTENDED = "extended"
     RELEASED = "released"
@@ -64,8 +66,12 @@ class Effect(StrEnum):
     ENDS_LEASE = "ends lease"  # token and deadline dropped; the old token is refused from now on
     RESETS_ATTEMPTS = "resets attempts"  # failed attempts back to 0
     COUNTS_ATTEMPT = "counts attempt"  # one more failed attempt
+    RESETS_LOSSES = "resets losses"  # lost leases held against it back to 0, no longer a suspect
+    COUNTS_LOSS = "counts loss"  # the lost leases held against it: one more if it ran as a suspect
     CLEARS_CANCEL = "clears cancel"  # a pending cancel request dropped
     MARKS_CANCEL = "marks cancel"  # the lease ends the job, whatever ends the lease
+    CLEARS_SUSPECT = "clears suspect"  # an attempt ended: it no longer runs alone
+    MARKS_SUSPECT = "marks suspect"  # its lease was lost: it runs alone from now on
     SETS_DUE = "sets due"  # a new due time
     STARTS_LEASE = "starts lease"  # a new token and deadline
     MOVES_DEADLINE = "moves deadline"  # the lease's deadline, for the same token
@@ -96,7 +102,7 @@ def _rule(targets: frozenset[State], *effects: Effect) -> Rule:
     return Rule(targets, frozenset(effects))
 
 
-_ATTEMPT_FAILED = (F.ENDS_LEASE, F.COUNTS_ATTEMPT)
+_ATTEMPT_FAILED = (F.ENDS_LEASE, F.COUNTS_ATTEMPT, F.CLEARS_SUSPECT)
 
 # (event, state before) -> its rule. A job that is cancelled while leased keeps its lease until
 # something ends it; then it ends as cancelled (or acked) instead of being retried or released.
@@ -114,12 +120,18 @@ RULES: dict[tuple[Event, State], Rule] = {
     (E.FAILED, S.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, F.SETS_DUE),
     (E.EXPIRED, S.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, F.SETS_DUE),
     (E.DEAD, S.LEASED): _rule(frozenset({S.DEAD}), *_ATTEMPT_FAILED),
+    (E.LOST, S.LEASED): _rule(_BY_DUE, F.ENDS_LEASE, F.COUNTS_LOSS, F.MARKS_SUSPECT, F.SETS_DUE),
+    (E.QUARANTINED, S.LEASED): _rule(
+        frozenset({S.DEAD}), F.ENDS_LEASE, F.COUNTS_LOSS, F.CLEARS_SUSPECT
+    ),
     (E.EXTENDED, S.LEASED): _rule(frozenset({S.LEASED}), F.MOVES_DEADLINE),
     (E.RELEASED, S.LEASED): _rule(frozenset({S.READY}), F.ENDS_LEASE, F.FRONT),
     (E.CANCEL_REQUESTED, S.LEASED): _rule(frozenset({S.LEASED}), F.MARKS_CANCEL),
     **{(E.CANCELLED, s): _rule(frozenset({S.CANCELLED})) for s in (S.DELAYED, S.READY, S.DEAD)},
     (E.CANCELLED, S.LEASED): _rule(frozenset({S.CANCELLED}), F.ENDS_LEASE),
-    (E.REQUEUED, S.DEAD): _rule(frozenset({S.READY}), F.RESETS_ATTEMPTS, F.SETS_DUE),
+    (E.REQUEUED, S.DEAD): _rule(
+        frozenset({S.READY}), F.RESETS_ATTEMPTS, F.RESETS_LOSSES, F.SETS_DUE
+    ),
     (E.PURGED, S.DEAD): _rule(frozenset({S.CANCELLED})),
 }
 
@@ -201,6 +213,8 @@ class JobRecord(Protocol):
     token: str | None
     deadline_ms: int | None
     cancel_requested: bool
+    lost: int
+    suspect: bool
 
 
 @dataclass(frozen=True)
@@ -212,6 +226,7 @@ class Facts:
     deadline_ms: int | None = None  # STARTS_LEASE, MOVES_DEADLINE
     # COUNTS_ATTEMPT: the count after it, when the caller knows it (the audit's `a`); else +1.
     attempts_failed: int | None = None
+    lost: int | None = None  # COUNTS_LOSS: the lost leases held against the job after it
 
 
 NO_FACTS = Facts()  # for the transitions whose effects need none
@@ -239,6 +254,8 @@ def step(
         facts.token is None or facts.deadline_ms is None
     ):
         raise ValueError(f"{event} sets the lease: token and deadline_ms are missing")
+    if F.COUNTS_LOSS in effects and facts.lost is None:
+        raise ValueError(f"{event} counts a lost lease: lost is missing")
     if F.ENDS_LEASE in effects:
         job.token = job.deadline_ms = None
     if F.RESETS_ATTEMPTS in effects:
@@ -246,10 +263,19 @@ def step(
     if F.COUNTS_ATTEMPT in effects:
         counted = facts.attempts_failed
         job.attempts_failed = job.attempts_failed + 1 if counted is None else counted
+    if F.RESETS_LOSSES in effects:
+        job.lost, job.suspect = 0, False
+    if F.COUNTS_LOSS in effects:
+        assert facts.lost is not None
+        job.lost = facts.lost
     if F.CLEARS_CANCEL in effects:
         job.cancel_requested = False
     if F.MARKS_CANCEL in effects:
         job.cancel_requested = True
+    if F.CLEARS_SUSPECT in effects:
+        job.suspect = False
+    if F.MARKS_SUSPECT in effects:
+        job.suspect = True
     if F.SETS_DUE in effects:
         assert facts.due_ms is not None
         job.due_ms = facts.due_ms
@@ -257,6 +283,16 @@ def step(
         job.token, job.deadline_ms = facts.token, facts.deadline_ms
     job.state = after
     return rule
+
+
+def lost_due(
+    attempts_failed: int, schedule_ms: Sequence[int], now_ms: int, nth: int, spread_ms: int
+) -> int:
+    """Due time of a job whose lease was lost, the ``nth`` (from 1) its sweep ended: the delay its
+    schedule gives after the running attempt (the schedule's last past its end; none without
+    one), plus ``spread_ms`` for each job before it in the sweep, cycling every 100."""
+    delay = schedule_ms[min(attempts_failed + 1, len(schedule_ms)) - 1] if schedule_ms else 0
+    return now_ms + delay + ((nth - 1) % 100) * spread_ms
 
 
 def next_retry(

@@ -14,7 +14,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from actors._constants import DEFAULT_LEASE_MS
+from actors._constants import DEFAULT_LEASE_MS, DEFAULT_LOST_MAX, LOST_SPREAD_MS
 from actors.lifecycle import (
     END_STATES,
     LIVE_STATES,
@@ -29,6 +29,7 @@ from actors.lifecycle import (
     State,
     Table,
     check,
+    lost_due,
     next_retry,
     step,
     target,
@@ -69,6 +70,8 @@ class ModelJob:
     token: str | None = None
     deadline_ms: int | None = None
     cancel_requested: bool = False
+    lost: int = 0  # lost leases held against it
+    suspect: bool = False  # its lease was lost; it runs alone until an attempt ends
 
     @property
     def key(self) -> Key:
@@ -95,10 +98,14 @@ class Model:
 
     topic_retry_ms: dict[str, tuple[int, ...]] = field(default_factory=dict)
     topic_lease_ms: dict[str, int] = field(default_factory=dict)
+    topic_lost_max: dict[str, int] = field(default_factory=dict)
     jobs: dict[Key, ModelJob] = field(default_factory=dict)
     ready: dict[str, deque[Key]] = field(default_factory=dict)
     done: dict[Key, State] = field(default_factory=dict)  # last end state of removed jobs
     paused: set[str] = field(default_factory=set)  # topics no lease takes from
+    # The suspect each consumer was last leased, with its token: while that lease holds, the
+    # consumer is leased nothing else.
+    suspect_of: dict[str, tuple[Key, str]] = field(default_factory=dict)
     # How often each row of the table was applied (the replay of the audit counts the same).
     transitions: Counter[tuple[Event, State]] = field(default_factory=Counter)
     # The table every transition is checked against and takes its effects from.
@@ -203,18 +210,35 @@ class Model:
             self.paused.discard(topic)
         return True
 
-    def lease(self, topic: str, now_ms: int, limit: int, tokens: Iterable[str]) -> list[Key]:
-        """Up to ``limit`` of the topic's ready jobs, oldest first; none while it is paused."""
-        if topic in self.paused:
+    def runs_suspect(self, consumer: str) -> bool:
+        """True while the suspect ``consumer`` was last leased still holds that lease."""
+        held = self.suspect_of.get(consumer)
+        return held is not None and self.token_ok(*held)
+
+    def lease(
+        self, topic: str, now_ms: int, limit: int, tokens: Iterable[str], consumer: str = ""
+    ) -> list[Key]:
+        """Up to ``limit`` of the topic's ready jobs, oldest first; none while it is paused or
+        while ``consumer`` runs a suspect. A suspect is taken only first, and alone: the batch
+        ends before a suspect behind other jobs, and after one taken."""
+        if topic in self.paused or self.runs_suspect(consumer):
             return []
         queue = self.ready.get(topic, deque())
-        moves = []
+        moves: list[_Move] = []
+        suspect: tuple[Key, str] | None = None
         for key, token in zip(list(queue)[:limit], tokens, strict=False):
             job = self.jobs[key]
+            if job.suspect and moves:
+                break
             lease_ms = job.lease_ms or self.topic_lease_ms.get(topic, DEFAULT_LEASE_MS)
             facts = Facts(token=token, deadline_ms=now_ms + lease_ms)
             moves.append(self._plan(job, E.LEASED, facts))
+            if job.suspect:
+                suspect = (key, token)
+                break
         self._commit(moves)
+        if suspect is not None:
+            self.suspect_of[consumer] = suspect
         return [move.job.key for move in moves]
 
     def ack(self, key: Key, token: str) -> bool:
@@ -252,8 +276,23 @@ class Model:
             ),
             key=lambda j: (j.deadline_ms, j.member.encode()),
         )[:limit]
-        self._commit([self._plan_failed_attempt(j, now_ms, E.EXPIRED, None) for j in expired])
+        self._commit([self._plan_lost(j, now_ms, nth) for nth, j in enumerate(expired, 1)])
         return [job.key for job in expired]
+
+    def _plan_lost(self, job: ModelJob, now_ms: int, nth: int) -> _Move:
+        """A lease that expired: lost, held against the job when it ran as a suspect, which
+        quarantines it at the topic's lost_max; removed if its cancel was asked."""
+        for consumer, (key, _) in list(self.suspect_of.items()):
+            if key == job.key:
+                del self.suspect_of[consumer]
+        if job.cancel_requested:
+            return self._plan(job, E.CANCELLED)
+        lost = job.lost + (1 if job.suspect else 0)
+        lost_max = self.topic_lost_max.get(job.topic, DEFAULT_LOST_MAX)
+        if job.suspect and lost >= lost_max:
+            return self._plan(job, E.QUARANTINED, Facts(lost=lost))
+        due = lost_due(job.attempts_failed, self._schedule(job), now_ms, nth, LOST_SPREAD_MS)
+        return self._plan(job, E.LOST, Facts(due_ms=due, lost=lost), now_ms)
 
     def extend(self, key: Key, token: str, now_ms: int, extend_ms: int) -> bool:
         if not self.token_ok(key, token):

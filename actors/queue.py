@@ -73,6 +73,7 @@ def checked_handler(
     retry: Sequence[float | timedelta] | None,
     lease: float | timedelta | None,
     prefetch: int = 0,
+    lost_max: int | None = None,
 ) -> Callable[[Any], HandlerSpec]:
     """Checks :meth:`DelayQueue.handler`'s options (errors name the field, in seconds) and
     returns what makes a handler function its HandlerSpec. Shared with actors.testing, so a
@@ -83,6 +84,8 @@ def checked_handler(
     timeout_ms = producing.lease_ms(timeout, "timeout")
     retry_ms = producing.schedule_ms(retry, "retry")
     lease_ms = None if lease is None else producing.lease_ms(lease, "lease")
+    if lost_max is not None:
+        validation.count(lost_max, "lost_max", c.LOST_MAX_MAX)
 
     def spec_for(fn: Any) -> HandlerSpec:
         if prefetch and inspect.iscoroutinefunction(fn):
@@ -91,7 +94,9 @@ def checked_handler(
                 "is for sync handlers: an async handler starts every job it is given at once, "
                 "so its concurrency already leases as much as it can run",
             )
-        return HandlerSpec(topic, fn, concurrency, timeout_ms, retry_ms, lease_ms, prefetch)
+        return HandlerSpec(
+            topic, fn, concurrency, timeout_ms, retry_ms, lease_ms, prefetch, lost_max
+        )
 
     return spec_for
 
@@ -490,6 +495,7 @@ class DelayQueue:
         retry: Sequence[float | timedelta] | None = None,
         lease: float | timedelta | None = None,
         prefetch: int = 0,
+        lost_max: int | None = None,
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Registers ``fn(job)`` (a function or coroutine function taking a :class:`Job`) for a
         topic; a topic has one handler, so registering a second raises ConfigError. Return =
@@ -498,7 +504,8 @@ class DelayQueue:
         topic's stored defaults when the queue starts. ``prefetch`` (sync handlers): jobs leased
         beyond ``concurrency`` that wait in this process for a free thread, so each lease round
         trip carries more jobs; they keep their leases extended while they wait and are released
-        at shutdown."""
+        at shutdown. ``lost_max`` (default 3): how many times a job's worker may be lost while
+        it runs alone before the job is quarantined (dead); see docs/lifecycle.md, lost leases."""
         validation.topic(topic)
         self._refuse_second_handler(topic)
         spec_for = checked_handler(
@@ -508,6 +515,7 @@ class DelayQueue:
             retry=retry,
             lease=lease,
             prefetch=prefetch,
+            lost_max=lost_max,
         )
 
         def register(fn: HandlerFn) -> HandlerFn:

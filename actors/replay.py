@@ -60,6 +60,8 @@ class ReplayedJob:
     token: str | None = None
     deadline_ms: int | None = None
     cancel_requested: bool = False
+    lost: int = 0  # lost leases held against it
+    suspect: bool = False  # its lease was lost; it runs alone until an attempt ends
     partial: bool = False  # its first events were trimmed from the stream
 
 
@@ -180,6 +182,7 @@ def _facts(fields: dict[str, str]) -> Facts:
         deadline_ms=int(fields["dl"]) if "dl" in fields else None,
         # Where an event counts an attempt, `a` is the attempt that failed: the count after it.
         attempts_failed=int(fields["a"]),
+        lost=int(fields["lost"]) if "lost" in fields else None,
     )
 
 
@@ -246,9 +249,11 @@ def compare(replay: Replay, live: Snapshot) -> list[Drift]:
             ("token", mine.token, theirs.token),
             ("lease_deadline_ms", mine.deadline_ms, theirs.lease_deadline_ms),
             ("cancel_requested", mine.cancel_requested, theirs.cancel_requested),
+            ("lost", mine.lost, theirs.lost),
+            ("suspect", mine.suspect, theirs.suspect),
         ]
         for name, a, b in pairs:
-            if mine.partial and name in ("due_ms", "attempts_failed"):
+            if mine.partial and name in ("due_ms", "attempts_failed", "lost", "suspect"):
                 continue
             if mine.partial and a is None and name in ("token", "lease_deadline_ms"):
                 continue  # a lease whose start was trimmed

@@ -186,6 +186,7 @@ class HandlerRecorder:
         retry: Sequence[float | timedelta] | None = None,
         lease: float | timedelta | None = None,
         prefetch: int = 0,
+        lost_max: int | None = None,
     ) -> Callable[[F], F]:
         spec_for = checked_handler(
             topic,
@@ -194,6 +195,7 @@ class HandlerRecorder:
             retry=retry,
             lease=lease,
             prefetch=prefetch,
+            lost_max=lost_max,
         )
 
         def register(fn: F) -> F:

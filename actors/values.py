@@ -172,6 +172,9 @@ class JobInfo:
     callback: str | None = None
     retry_ms: tuple[int, ...] | None = None
     traceback: str | None = None  # the end of the last failed attempt's traceback, if it had one
+    lost: int = 0  # lost leases held against it (lua/_lost.lua)
+    suspect: bool = False  # its lease was lost: it runs alone until an attempt ends
+    quarantined: bool = False  # dead because its worker was lost `lost` times while it ran alone
 
     @property
     def body(self) -> Any:
@@ -184,6 +187,7 @@ class JobInfo:
 class TopicConfig:
     retry_ms: tuple[int, ...] = c.DEFAULT_RETRY_SCHEDULE_MS
     lease_ms: int = c.DEFAULT_LEASE_MS
+    lost_max: int = c.DEFAULT_LOST_MAX  # lost leases held against a job before it is quarantined
 
 
 @dataclass(slots=True)

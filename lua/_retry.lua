@@ -1,4 +1,5 @@
--- Ends one failed attempt of a leased job (a handler failure or an expired lease).
+-- Ends one failed attempt of a leased job (its handler failed; an expired lease is _lost.lua's).
+-- A failure clears a suspect's suspicion (record `u`): the job ran to an end, its worker lived.
 -- `k` names the keys: jobs, delayed, leased, tokens, dead, topics, counts, audit.
 -- `override_ms` < 0 means "use the schedule". `trace` is the failure's traceback ("" for none): the
 -- record keeps the last one (`t`, dropped when an attempt fails without one) and the failed or dead
@@ -23,6 +24,7 @@ local function end_failed_attempt(k, member, record, event, reason, override_ms,
   end
   local schedule = record['r'] or topic_config(k.topics, topic)['r'] or {}
   record['a'] = attempt
+  record['u'] = nil
   local trace_field = {}
   if trace ~= '' then
     record['t'] = trace

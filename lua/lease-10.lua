@@ -1,13 +1,20 @@
 -- lease: hands up to `limit` ready jobs of one topic to a consumer, oldest first.
 -- KEYS[1] ready list of the topic  KEYS[2] jobs  KEYS[3] leased (ZSET member -> lease deadline ms)
 -- KEYS[4] tokens (HASH member -> lease token)  KEYS[5] topics  KEYS[6] counts  KEYS[7] seq (STRING)
--- KEYS[8] audit  KEYS[9] gates (HASH: the topic's pause flag and limits, see _gate.lua)
+-- KEYS[8] audit  KEYS[9] gates (HASH: the topic's pause flag and limits, see _gate.lua; and
+-- the consumers' suspect marks)
 -- KEYS[10] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] topic   ARGV[6] limit   ARGV[7] consumer name
 -- Returns: a flat list: first the wait, 0 when no gate held jobs back, -1 when the topic is
 -- paused (wait for its resume notice), else the ms until its limits let another job go; then per
 -- leased job: member, token, deadline_ms, record (msgpack).
 -- The lease lasts the job's lease_ms (record `l`, else the topic's `l`, else DEFAULT_LEASE_MS).
+-- Suspects (record `u`: jobs whose lease was lost, see _lost.lua) run alone: a batch holds one
+-- only as its first job and then nothing after it; the record keeps the consumer's name in `u`,
+-- and the gates field "<consumer>|suspect" holds "<member> <token>" while that lease lasts.
+-- Meanwhile the consumer is leased nothing in this shard: the reply's wait is SUSPECT_POLL_MS.
+-- Jobs popped but not taken (a suspect behind others, anything behind a suspect) go back to the
+-- front of the list in their order, and the topic is published so another consumer takes them.
 -- Tokens are "<now_ms>-<seq>", unique even if the counter is lost with the data.
 -- Events: leased {tok, dl, by}.
 -- Publishes: on <prefix>ready, the topic when jobs are left behind (this consumer was full; another
@@ -31,6 +38,8 @@ end
 -- @include _gate.lua
 -- @constant DEFAULT_LEASE_MS
 -- @constant TOKENS_PIN_BYTES
+-- @constant SUSPECT_FIELD_SUFFIX
+-- @constant SUSPECT_POLL_MS
 local k = {ready = KEYS[1], jobs = KEYS[2], leased = KEYS[3], tokens = KEYS[4], topics = KEYS[5],
            counts = KEYS[6], seq = KEYS[7], audit = KEYS[8], gates = KEYS[9]}
 use_history_index(KEYS[10])
@@ -43,6 +52,16 @@ if gate.allowed < 1 then
   result[1] = gate_wait_ms(gate, 0)
   return result
 end
+local mark_field = consumer .. SUSPECT_FIELD_SUFFIX
+local mark = rcall('HGET', k.gates, mark_field)
+if mark then
+  local held, held_token = string.match(mark, '^(.*) (%S+)$')
+  if held and rcall('HGET', k.tokens, held) == held_token then
+    result[1] = SUSPECT_POLL_MS
+    return result
+  end
+  rcall('HDEL', k.gates, mark_field)  -- that lease ended (acked, failed, released, replaced)
+end
 local members = rcall('LPOP', k.ready, gate.allowed)
 if not members then return result end
 if #members == gate.allowed and gate.allowed < limit then
@@ -51,7 +70,6 @@ if #members == gate.allowed and gate.allowed < limit then
 elseif #members == limit and rcall('LLEN', k.ready) > 0 then
   ready_notice(topic)
 end
-gate_passed(k.gates, topic, gate, #members)
 local last_seq = rcall('INCRBY', k.seq, #members)
 local topic_lease_ms = topic_config(k.topics, topic)['l'] or DEFAULT_LEASE_MS
 -- The records are read with one HMGET and the tokens and deadlines written with one HSET and one
@@ -69,13 +87,23 @@ local last_lease_ms, deadline, deadline_text = nil, nil, nil
 local fields = {'tok', '', 'dl', '', 'by', consumer}
 local first_seq = last_seq - #members
 local r = #result
+local kept_from = #members + 1  -- members from here on go back to the front of the list
 for j, member in ipairs(members) do
+  if j >= kept_from then break end
   local blob = records[j]
+  local record = blob and cmsgpack.unpack(blob)
+  local suspect = record and record['u']
+  if suspect then
+    if leased > 0 then
+      kept_from, record = j, nil
+    else
+      kept_from = j + 1
+    end
+  end
   -- A member without a record can only come from a bug or a hand edit; failing here would drop
   -- the rest of the popped batch from every structure, so skip it (`redelay verify` shows the
   -- job as drift: the audit stream says ready, Redis has nothing).
-  if blob then
-    local record = cmsgpack.unpack(blob)
+  if record then
     local lease_ms = record['l'] or topic_lease_ms
     if lease_ms ~= last_lease_ms then
       last_lease_ms = lease_ms
@@ -88,6 +116,11 @@ for j, member in ipairs(members) do
     token_args[2 * leased + 1], token_args[2 * leased + 2] = member, token
     deadline_args[2 * leased + 1], deadline_args[2 * leased + 2] = deadline_text, member
     leased = leased + 1
+    if suspect then
+      record['u'] = consumer
+      save_record(k.jobs, member, record)
+      rcall('HSET', k.gates, mark_field, member .. ' ' .. token)
+    end
     fields[2], fields[4] = token, deadline_text
     audit(k.audit, 'leased', member, attempts_failed(record) + 1, fields, 6)
     result[r + 1], result[r + 2], result[r + 3], result[r + 4] =
@@ -96,6 +129,10 @@ for j, member in ipairs(members) do
   end
 end
 flush_history_index()
+local taken = math.min(#members, kept_from - 1)  -- popped and not given back
+for j = #members, kept_from, -1 do rcall('LPUSH', k.ready, members[j]) end
+if taken < #members then ready_notice(topic) end
+gate_passed(k.gates, topic, gate, taken)
 -- The tokens hash is made with its pin, a value too long for a listpack, so it is a hashtable
 -- from the start and never empties (see TOKENS_PIN_BYTES in actors/_constants.py).
 if leased > 0 and rcall('EXISTS', k.tokens) == 0 then
@@ -121,6 +158,6 @@ if leased > 1 then
   end
 end
 rcall_each_slice('ZADD', k.leased, deadline_args)
-rcall('HINCRBY', k.counts, topic .. '|ready', -#members)
+rcall('HINCRBY', k.counts, topic .. '|ready', -taken)
 rcall('HINCRBY', k.counts, topic .. '|leased', leased)
 return result

@@ -1,4 +1,5 @@
--- requeue: gives dead jobs a fresh start: attempt count reset, due now, onto their ready lists.
+-- requeue: gives dead jobs a fresh start: attempt count and losses reset (a quarantine lifted),
+-- due now, onto their ready lists.
 -- KEYS[1] jobs  KEYS[2] dead  KEYS[3] delayed  KEYS[4] counts  KEYS[5] audit
 -- KEYS[6] history (HASH: the audit stream's per-job index, see _lib.lua)
 -- ARGV[1..4] common (see _lib.lua)   ARGV[5] n   ARGV[6..] n members
@@ -16,6 +17,7 @@ for j = 1, n do
   if rcall('ZREM', k.dead, member) == 1 then
     local record = load_record(k.jobs, member)
     record['a'] = 0
+    record['o'], record['u'], record['q'] = nil, nil, nil
     record['d'] = now_ms
     save_record(k.jobs, member, record)
     count(k.counts, member, 'dead', -1)

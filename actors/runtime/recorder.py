@@ -11,7 +11,19 @@ from typing import Protocol
 
 # The events a pool counts: each is the audit event its store call wrote, except "rejected",
 # which also covers a result refused as NOT_LEASED (the lease was lost before the result came).
-JOB_EVENTS = ("leased", "acked", "failed", "dead", "cancelled", "released", "extended", "rejected")
+# The sweeper counts "lost" and "quarantined" (and "cancelled"), for whatever process held them.
+JOB_EVENTS = (
+    "leased",
+    "acked",
+    "failed",
+    "dead",
+    "cancelled",
+    "released",
+    "extended",
+    "rejected",
+    "lost",
+    "quarantined",
+)
 # How a handler run ended: returned, raised (Retry included), or overran the topic's timeout.
 OUTCOMES = ("ok", "error", "timeout")
 

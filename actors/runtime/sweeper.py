@@ -1,13 +1,16 @@
 """RetrySweeper: recovers leases that expired, whatever process held them.
 
-An expired lease means the consumer crashed or hung; the expire script counts it as a failed
-attempt (retry on the schedule, or dead). The sweeper runs every ``interval_ms`` and also at the
-earliest lease deadline it knows of, so a crashed consumer's job is retried promptly.
+An expired lease means the consumer crashed or hung; the expire script counts it as a lost lease,
+not a failed attempt: the job runs again alone, and is quarantined (dead) once its worker was lost
+often enough while it did (lua/_lost.lua). The sweeper runs every ``interval_ms`` and also at the
+earliest lease deadline it knows of, so a crashed consumer's job is retried promptly. What it
+ended is counted per topic in the recorder's job events (lost, quarantined, cancelled).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 import pykka
@@ -17,6 +20,7 @@ from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Stats, Sweep
+from actors.runtime.recorder import NO_RECORDER, Recorder
 from actors.storage.store import Store
 
 log = logging.getLogger("actors.sweeper")
@@ -35,6 +39,7 @@ class RetrySweeper(RedelayActor):
         interval_ms: int = 1_000,
         batch: int = 1_000,
         name: str = "sweeper",
+        recorder: Recorder = NO_RECORDER,
     ) -> None:
         super().__init__(name, clock, supervisor)
         self.store = store
@@ -45,6 +50,8 @@ class RetrySweeper(RedelayActor):
         self.timer_at_ms: int | None = None
         self.recovered = 0
         self.sweeps = 0
+        self.recorder = recorder
+        self.outcomes: Counter[tuple[str, str]] = Counter()  # jobs per (topic, event), all sweeps
 
     def started(self) -> None:
         self.actor_ref.tell(Sweep())
@@ -58,15 +65,32 @@ class RetrySweeper(RedelayActor):
                 "sweeps": self.sweeps,
                 "next_ms": self.timer_at_ms,
                 "failures": self.backoff.failures,
+                "lost": sum(n for (_, e), n in self.outcomes.items() if e == "lost"),
+                "quarantined": sum(n for (_, e), n in self.outcomes.items() if e == "quarantined"),
             }
         return None
+
+    def _record(self, ended: Counter[tuple[str, str]]) -> None:
+        for (topic, event), jobs in ended.items():
+            self.outcomes[(topic, event)] += jobs
+            self.recorder.topic(topic).jobs(event, jobs)
+            if event == "quarantined":
+                log.error(
+                    "sweeper: %d job%s of topic %s quarantined (dead): the worker was lost while "
+                    "each ran alone as often as the topic's lost_max allows; see `redelay dead list`",
+                    jobs,
+                    "" if jobs == 1 else "s",
+                    topic,
+                )
 
     def _sweep(self) -> None:
         now = self.clock.now_ms()
         next_at = now + self.interval_ms
         try:
             for _ in range(_ROUNDS_PER_MESSAGE):
-                swept = self.store.expire_swept(self.batch)
+                ended: Counter[tuple[str, str]] = Counter()
+                swept = self.store.expire_swept(self.batch, ended)
+                self._record(ended)
                 self.sweeps += 1
                 self.recovered += swept.moved
                 if swept.moved < self.batch:

@@ -54,13 +54,15 @@ class HandlerSpec:
     retry_ms: tuple[int, ...] | None
     lease_ms: int | None
     prefetch: int = 0  # jobs leased beyond the threads, waiting in the pool for one
+    lost_max: int | None = None  # lost leases before a job is quarantined; None: the default
 
     def topic_config(self, defaults: TopicConfig) -> TopicConfig:
-        """What a worker stores for the topic at start: the handler's retry schedule and lease,
-        else the namespace defaults, with a lease of at least twice the handler's timeout."""
+        """What a worker stores for the topic at start: the handler's retry schedule, lease and
+        lost_max, else the namespace defaults, with a lease of at least twice the handler's timeout."""
         return TopicConfig(
             self.retry_ms or defaults.retry_ms,
             self.lease_ms or max(defaults.lease_ms, min(self.timeout_ms * 2, c.LEASE_MS_MAX)),
+            self.lost_max or defaults.lost_max,
         )
 
 
@@ -162,7 +164,11 @@ class ActorSystem:
 
     def _sweeper_factory(self, supervisor: pykka.ActorRef[Any]) -> dict[str, Any]:
         ref = RetrySweeper.start(
-            self.store, self.clock, supervisor, interval_ms=self.settings.sweep_interval_ms
+            self.store,
+            self.clock,
+            supervisor,
+            interval_ms=self.settings.sweep_interval_ms,
+            recorder=self.recorder,
         )
         return {"sweeper": ref}
 

@@ -293,6 +293,14 @@ def count_and_next(reply: Any) -> tuple[int, int | None, int]:
     return int(count), (None if int(next_ms) < 0 else int(next_ms)), int(now_ms)
 
 
+def expire_outcomes(reply: Any) -> dict[tuple[str, str], int]:
+    """expire: the jobs it ended per (topic, event), after its count, next deadline and time."""
+    rest = reply[3:]
+    return {
+        (decoded(rest[j]), decoded(rest[j + 1])): int(rest[j + 2]) for j in range(0, len(rest), 3)
+    }
+
+
 def lease_batch(topic: str, reply: Any) -> LeaseBatch:
     """lease: the wait the gate asks for (-1 paused: None), then the leased jobs."""
     wait_ms = int(reply[0])
@@ -445,4 +453,7 @@ def job_info(
         callback=record.get("c"),
         retry_ms=None if retry is None else tuple(int(x) for x in retry),
         traceback=record.get("t"),
+        lost=int(record.get("o", 0)),
+        suspect=bool(record.get("u")),
+        quarantined=bool(record.get("q")),
     )

@@ -9,7 +9,9 @@ traceparent of the add's producer span (only when traced: actors/tracing.py), ``
 the schedule whose occurrence the job is (written by Lua, lua/_arm.lua), ``h`` the id of the
 job's ``added`` audit entry (appended by lua/add-6.lua; the history index gets it when the
 record goes, lua/_lib.lua), ``w`` the delay ms of a job added with one that the script counted
-from the server's now (lua/_due.lua: a resent add is known by it, as its due time differs).
+from the server's now (lua/_due.lua: a resent add is known by it, as its due time differs),
+``o`` the lost leases held against the job, ``u`` set while it is a suspect (1, or the consumer
+it is leased to), ``q`` 1 once it was quarantined (lua/_lost.lua).
 Lua edits the same map with its built-in cmsgpack.
 """
 
@@ -20,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgpack
+
+from actors._constants import DEFAULT_LOST_MAX
 
 # Making a Packer costs as much as packing a record with it, and packb makes one per call: each
 # thread keeps its own (a Packer's buffer is not safe to share).
@@ -70,10 +74,16 @@ def unpack(blob: bytes) -> dict[str, Any]:
     return record
 
 
-def pack_topic_config(retry_ms: Sequence[int], lease_ms: int) -> bytes:
-    return msgpack.packb({"r": list(retry_ms), "l": lease_ms})
+def pack_topic_config(retry_ms: Sequence[int], lease_ms: int, lost_max: int) -> bytes:
+    """A topic's stored defaults: ``r`` retry schedule, ``l`` lease, ``o`` lost_max."""
+    return msgpack.packb({"r": list(retry_ms), "l": lease_ms, "o": lost_max})
 
 
-def unpack_topic_config(blob: bytes) -> tuple[tuple[int, ...], int]:
+def unpack_topic_config(blob: bytes) -> tuple[tuple[int, ...], int, int]:
+    """(retry_ms, lease_ms, lost_max); a config stored before lost_max existed has the default."""
     config: dict[str, Any] = msgpack.unpackb(blob, raw=False)
-    return tuple(int(x) for x in config.get("r", ())), int(config.get("l", 0))
+    return (
+        tuple(int(x) for x in config.get("r", ())),
+        int(config.get("l", 0)),
+        int(config.get("o", DEFAULT_LOST_MAX)),
+    )

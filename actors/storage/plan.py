@@ -95,7 +95,7 @@ class ShardPlan:
         cached = self._config_blobs.get(topic)
         if cached is not None and cached[0] is config:
             return cached[1]
-        blob = _record.pack_topic_config(config.retry_ms, config.lease_ms)
+        blob = _record.pack_topic_config(config.retry_ms, config.lease_ms, config.lost_max)
         self._config_blobs[topic] = (config, blob)
         return blob
 

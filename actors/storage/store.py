@@ -30,7 +30,7 @@ import functools
 import itertools
 import logging
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -238,6 +238,7 @@ class Store(ShardPlan):
         validation.topic(topic)
         validation.schedule_ms(config.retry_ms)
         validation.lease_ms(config.lease_ms)
+        validation.count(config.lost_max, "lost_max", c.LOST_MAX_MAX)
         self.topic_configs[topic] = config
         blob = self._topic_config_blob(topic)
         for keys in self.shard_keys:
@@ -256,8 +257,8 @@ class Store(ShardPlan):
         blob = self.client.hget(self.keys.topics, topic)
         if blob is None:
             return None
-        retry_ms, lease_ms = _record.unpack_topic_config(bytes(blob))  # type: ignore[arg-type]
-        return TopicConfig(retry_ms, lease_ms)
+        unpacked = _record.unpack_topic_config(bytes(blob))  # type: ignore[arg-type]
+        return TopicConfig(*unpacked)
 
     # -- topic gates: pause and limits --------------------------------------------------------
 
@@ -437,25 +438,38 @@ class Store(ShardPlan):
             next_in = None if next_at is None or latest_now is None else next_at - latest_now
         return Swept(moved, next_at, next_in)
 
-    def expire(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
-        """Recovers up to ``limit`` expired leases per shard.
+    def expire(
+        self, limit: int = c.DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
+    ) -> tuple[int, int | None]:
+        """Recovers up to ``limit`` expired leases per shard: each a lost lease (see
+        lua/_lost.lua). ``outcomes``, when given, counts the jobs per (topic, event): ``lost``,
+        ``quarantined`` or ``cancelled``.
 
         Returns (count, next deadline ms or None).
         """
-        swept = self.expire_swept(limit)
+        swept = self.expire_swept(limit, outcomes)
         return swept.moved, swept.next_ms
 
     @_cluster_errors
-    def expire_swept(self, limit: int = c.DEFAULT_CARRY_BATCH) -> Swept:
+    def expire_swept(
+        self, limit: int = c.DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
+    ) -> Swept:
         """``expire``, with how long until the next deadline by the server's clock."""
         validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
-        return self._sweep(calls.expire, limit)
+        return self._sweep(calls.expire, limit, outcomes)
 
-    def _sweep(self, build: Callable[[ShardKeys, CallTime, int], ScriptCall], limit: int) -> Swept:
+    def _sweep(
+        self,
+        build: Callable[[ShardKeys, CallTime, int], ScriptCall],
+        limit: int,
+        outcomes: Counter[tuple[str, str]] | None = None,
+    ) -> Swept:
         at = self._now()
         replies = self._run({s: build(k, at, limit) for s, k in enumerate(self.shard_keys)})
         moved, next_at, next_in = 0, None, None
         for reply in replies.values():
+            if outcomes is not None:
+                outcomes.update(calls.expire_outcomes(reply))
             count, next_ms, now_ms = calls.count_and_next(reply)
             moved += count
             if next_ms is not None and (next_at is None or next_ms < next_at):

@@ -5,9 +5,10 @@ FakeClock. Rules: add, add_many, change_of_plan (cancel or replace), advance the
 lease, pause (pause or resume a topic: no lease takes from a paused one), consumer (ack, fail
 with or without a retry override, extend, release, or crash: forget the lease without a word),
 work (lease one job and act on it at once), late_consumer (a consumer whose lease was lost acts
-anyway), sweep (Store.expire) and dead_letter (requeue or purge). Each rule
-checks the audit entries its call wrote. After every step: Redis and the model agree on every job
-(state, due time, attempts failed, token, deadline, cancel mark), no job is ready or leased before
+anyway), sweep (Store.expire: lost leases, suspects, quarantine) and dead_letter (requeue or
+purge). Each rule checks the audit entries its call wrote. After every step: Redis and the model
+agree on every job (state, due time, attempts failed, token, deadline, cancel mark, lost leases
+held against it, suspect), no job is ready or leased before
 its due time, every job sits in exactly one structure and the stats counters match, and the audit
 stream replayed (actors.replay) gives the live state with no anomalies.
 
@@ -15,7 +16,8 @@ At the end the machine drains: holders ack, the clock passes every due time and 
 are swept, jobs carried, leased and acked until only dead jobs remain. Then at-least-once is
 checked on the audit stream: every job added and not cancelled ended acked or dead, and a lease
 after the first one of a job follows a failure, a release, or the expiry of a lease whose
-consumer the test crashed or let lapse (and never before its deadline).
+consumer the test crashed or let lapse (and never before its deadline); a job lost or
+quarantined only once its consumer crashed or let the lease lapse.
 
 Hypothesis switches rules off per run (swarm testing) and favours rules with fewer arguments;
 rules that undo progress (cancel, replace) or finish a lease share one rule each so that short
@@ -70,8 +72,8 @@ def _entry_order(entry_id: str) -> tuple[int, int]:
 
 # Short schedules and leases so a few steps reach retries, expiries and dead jobs.
 TOPIC_CONFIGS = {
-    "a": TopicConfig(retry_ms=(0, 50), lease_ms=200),
-    "b": TopicConfig(retry_ms=(0,), lease_ms=300),
+    "a": TopicConfig(retry_ms=(0, 50), lease_ms=200, lost_max=2),
+    "b": TopicConfig(retry_ms=(0,), lease_ms=300, lost_max=1),
 }
 TOPICS = sorted(TOPIC_CONFIGS)
 IDS = ["j0", "j1", "j2", "j3", "j4"]
@@ -97,7 +99,7 @@ CONSUMER_ACTIONS: list[tuple[str, int | None]] = [
 ]
 
 # Events that end a lease (plus "cancelled" when its "from" is "leased").
-LEASE_ENDS = {"acked", "failed", "expired", "dead", "released"}
+LEASE_ENDS = {"acked", "failed", "expired", "dead", "released", "lost", "quarantined"}
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -116,6 +118,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.model = Model(
             topic_retry_ms={t: cfg.retry_ms for t, cfg in TOPIC_CONFIGS.items()},
             topic_lease_ms={t: cfg.lease_ms for t, cfg in TOPIC_CONFIGS.items()},
+            topic_lost_max={t: cfg.lost_max for t, cfg in TOPIC_CONFIGS.items()},
         )
         self.audit = AuditCursor(self.store)
         self.replay = Replay()  # the audit stream folded step by step, as fold() would
@@ -342,13 +345,23 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.do_lease(topic, limit)
 
     def do_lease(self, topic: str, limit: int) -> list[Lease]:
+        runs_suspect = self.model.runs_suspect("c1")
         batch = self.store.lease_batch(topic, limit, "c1")
         leases = batch.leases
-        taken = self.model.lease(topic, self.now(), limit, [lease.token for lease in leases])
+        taken = self.model.lease(topic, self.now(), limit, [lease.token for lease in leases], "c1")
         assert [lease.key for lease in leases] == taken
         assert batch.paused == (topic in self.model.paused)
-        if len(leases) < limit and not batch.paused:
-            assert not self.model.ready.get(topic)  # Redis left nothing the model would take
+        queue = list(self.model.ready.get(topic, ()))
+        if runs_suspect and not batch.paused:
+            assert leases == []
+            assert batch.wait_ms == (c.SUSPECT_POLL_MS if queue else 0)
+        elif len(leases) < limit and not batch.paused:
+            # Redis left nothing the model would take: the list is empty, or a suspect ends the
+            # batch (taken last and alone, or next in line after the jobs taken).
+            ended_by_suspect = any(self.model.jobs[key].suspect for key in taken) or (
+                bool(queue) and self.model.jobs[queue[0]].suspect
+            )
+            assert not queue or ended_by_suspect
         entries = self.expect([("leased", lease.key) for lease in leases])
         for lease, entry in zip(leases, entries, strict=True):
             job = self.model.jobs[lease.key]
@@ -460,13 +473,23 @@ class LifecycleMachine(RuleBasedStateMachine):
         events = []
         for key in expired:
             state = self.model.state_of(key)
-            retried = state in (State.DELAYED, State.READY)
-            events.append(("expired" if retried else self.lease_end_event(state), key))
+            if state is State.CANCELLED:
+                events.append(("cancelled", key))
+            else:
+                events.append(("quarantined" if state is State.DEAD else "lost", key))
             if key in self.held:  # a live consumer let it lapse
                 self.lapsed.add(self.held[key])
                 self.lose(key)
-        for entry in self.expect(events):
-            assert entry.get("why") == "lease-expired"
+        for (event, key), entry in zip(events, self.expect(events), strict=True):
+            if event == "quarantined":
+                assert entry["why"] == "lost"
+            else:
+                assert entry["why"] == "lease-expired"
+            if event != "cancelled":
+                assert entry["lost"] == str(self.model.jobs[key].lost)
+            if event == "lost":
+                job = self.model.jobs[key]
+                assert (entry["to"], entry["due"]) == (job.state.value, str(job.due_ms))
 
     def dead_keys(self) -> list[Key]:
         return sorted(key for key, job in self.model.jobs.items() if job.state is State.DEAD)
@@ -504,6 +527,8 @@ class LifecycleMachine(RuleBasedStateMachine):
                 info.token,
                 info.lease_deadline_ms,
                 info.cancel_requested,
+                info.lost,
+                info.suspect,
             )
             for key, info in snapshot.jobs.items()
         }
@@ -515,6 +540,8 @@ class LifecycleMachine(RuleBasedStateMachine):
                 job.token,
                 job.deadline_ms,
                 job.cancel_requested,
+                job.lost,
+                job.suspect,
             )
             for key, job in self.model.jobs.items()
         }
@@ -614,7 +641,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 elif e == "leased":
                     assert not lease_open, f"{key} leased twice at once: {f}"
                     if leases:
-                        assert last_end in ("failed", "expired", "released"), (
+                        assert last_end in ("failed", "expired", "released", "lost", "requeued"), (
                             f"{key} leased again after {last_end or 'nothing'}: {f}"
                         )
                     leases += 1
@@ -627,7 +654,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                     lease_open = False
                     via = f.get("via", "")
                     last_end = via if e == "dead" else e
-                    if f.get("why") == "lease-expired":
+                    if e in ("lost", "quarantined") or f.get("why") == "lease-expired":
                         assert deadline <= int(f["ms"]), f"{key}: lease expired early: {f}"
                         assert token in self.crashed | self.lapsed, (
                             f"{key}: lease {token} expired but its consumer neither crashed "
@@ -636,7 +663,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 if e in ("acked", "dead", "cancelled", "purged"):
                     ended = e
                 elif e == "requeued":
-                    ended = ""
+                    ended, last_end = "", "requeued"
             if key in self.cancelled:
                 assert ended in ("cancelled", "purged", "acked"), f"{key} cancelled, {ended=}"
             else:

@@ -54,6 +54,10 @@ class TopicEvent(StrEnum):
 
 
 TOPIC_EVENTS = frozenset(TopicEvent)
+# Events no script writes any more, kept in the table so that replay still reads the streams
+# older versions wrote: `expired` (a lease that expired counted as a failed attempt), which
+# redelay writes as `lost` since lost leases (lua/_lost.lua).
+LEGACY_EVENTS = frozenset({Event.EXPIRED})
 
 
 class Effect(StrEnum):

@@ -277,14 +277,15 @@ class Model:
             key=lambda j: (j.deadline_ms, j.member.encode()),
         )[:limit]
         self._commit([self._plan_lost(j, now_ms, nth) for nth, j in enumerate(expired, 1)])
+        keys = {job.key for job in expired}
+        for consumer, (key, _) in list(self.suspect_of.items()):
+            if key in keys:  # its consumer's mark goes with the lease
+                del self.suspect_of[consumer]
         return [job.key for job in expired]
 
     def _plan_lost(self, job: ModelJob, now_ms: int, nth: int) -> _Move:
         """A lease that expired: lost, held against the job when it ran as a suspect, which
         quarantines it at the topic's lost_max; removed if its cancel was asked."""
-        for consumer, (key, _) in list(self.suspect_of.items()):
-            if key == job.key:
-                del self.suspect_of[consumer]
         if job.cancel_requested:
             return self._plan(job, E.CANCELLED)
         lost = job.lost + (1 if job.suspect else 0)

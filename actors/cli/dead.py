@@ -1,4 +1,5 @@
-"""``redelay dead``: list, requeue or purge the jobs whose retry schedule ran out."""
+"""``redelay dead``: list, requeue or purge the jobs whose retry schedule ran out or that were
+quarantined (their worker lost too often while they ran alone)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from actors.cli.context import Context
 from actors.cli.output import (
     CliError,
     Exit,
+    dead_reason,
     format_relative_ms,
     format_time_ms,
     job_json,
-    last_error,
     print_json,
     table,
     usage_error,
@@ -26,7 +27,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "dead",
         parents=[common],
         help="list, requeue or purge dead jobs",
-        description="Dead jobs: those whose retry schedule ran out.",
+        description=(
+            "Dead jobs: those whose retry schedule ran out, and those quarantined because their "
+            "worker was lost (died) too often while they ran alone."
+        ),
     )
     p.add_argument("action", nargs="?", choices=("list", "requeue", "purge"), default="list")
     p.add_argument("--topic", help="only this topic")
@@ -75,7 +79,7 @@ def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
     else:
         infos = store.dead(args.topic, args.limit)
     if ctx.json:
-        print_json([job_json(info) for info in infos])
+        print_json([{**job_json(info), "why": dead_reason(info)} for info in infos])
         return Exit.OK
     if not infos:
         print("no dead jobs")
@@ -88,10 +92,10 @@ def _dead_list(ctx: Context, args: argparse.Namespace) -> int:
             info.attempts_failed,
             format_time_ms(info.dead_since_ms or 0),
             format_relative_ms(info.dead_since_ms or 0, now_ms),
-            last_error(info.traceback)[:80],
+            dead_reason(info)[:80],
         ]
         for info in infos
     ]
-    print(table(["topic", "id", "attempts", "died", "ago", "error"], rows))
+    print(table(["topic", "id", "attempts", "died", "ago", "why"], rows))
     print(f"\nwhy it died: {ctx.suggest('history', infos[0].topic, infos[0].id)}")
     return Exit.OK

@@ -242,6 +242,9 @@ def job_json(info: JobInfo) -> dict[str, Any]:
         "dead_since_ms": info.dead_since_ms,
         "cancel_requested": info.cancel_requested,
         "traceback": info.traceback,
+        "lost": info.lost,
+        "suspect": info.suspect,
+        "quarantined": info.quarantined,
     }
 
 
@@ -249,6 +252,14 @@ def last_error(traceback: str | None) -> str:
     """The line of a traceback that names the exception (its last), for one-line views."""
     lines = [line for line in (traceback or "").splitlines() if line.strip()]
     return lines[-1] if lines else "-"
+
+
+def dead_reason(info: JobInfo) -> str:
+    """Why a dead job died, in one line: its quarantine, else its last traceback's error line."""
+    if info.quarantined:
+        times = "once" if info.lost == 1 else f"{info.lost} times"
+        return f"quarantined: its worker was lost {times} while it ran alone"
+    return last_error(info.traceback)
 
 
 def indented_traceback(traceback: str) -> str:

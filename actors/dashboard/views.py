@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from actors.cli.output import format_duration_ms, format_relative_ms, last_error
+from actors.cli.output import dead_reason, format_duration_ms, format_relative_ms
 from actors.schedules import ScheduleInfo
 from actors.values import AuditEntry, JobInfo
 
@@ -36,8 +36,11 @@ def pretty_body(body: bytes) -> str:
 
 
 def reason(info: JobInfo) -> str:
-    """What a dead job is grouped under: the exception line of its last traceback."""
-    return last_error(info.traceback) if info.traceback else NO_TRACEBACK
+    """What a dead job is grouped under: its quarantine (how often its worker was lost), else
+    the exception line of its last traceback."""
+    if info.quarantined or info.traceback:
+        return dead_reason(info)
+    return NO_TRACEBACK
 
 
 @dataclass(slots=True)

@@ -25,7 +25,18 @@ Op = Literal["ack", "fail"]
 # The events that end a lease, whoever ended it. A ``rejected`` event (a refused result),
 # ``extended`` and ``cancel_requested`` leave it as it was.
 _LEASE_ENDS = frozenset(
-    {"acked", "failed", "dead", "cancelled", "expired", "released", "replaced", "added"}
+    {
+        "acked",
+        "failed",
+        "dead",
+        "cancelled",
+        "expired",
+        "lost",
+        "quarantined",
+        "released",
+        "replaced",
+        "added",
+    }
 )
 # A ``cancelled`` event ends a leased job three ways; two of them are not its result.
 _NOT_A_RESULT = frozenset({"lease-expired", "released"})

@@ -77,7 +77,7 @@ class RetrySweeper(RedelayActor):
             if event == "quarantined":
                 log.error(
                     "sweeper: %d job%s of topic %s quarantined (dead): the worker was lost while "
-                    "each ran alone as often as the topic's lost_max allows; see `redelay dead list`",
+                    "each ran alone as often as the topic's lost_max allows (redelay dead list)",
                     jobs,
                     "" if jobs == 1 else "s",
                     topic,

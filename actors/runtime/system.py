@@ -58,7 +58,8 @@ class HandlerSpec:
 
     def topic_config(self, defaults: TopicConfig) -> TopicConfig:
         """What a worker stores for the topic at start: the handler's retry schedule, lease and
-        lost_max, else the namespace defaults, with a lease of at least twice the handler's timeout."""
+        lost_max, else the namespace defaults, with a lease of at least twice the handler's
+        timeout."""
         return TopicConfig(
             self.retry_ms or defaults.retry_ms,
             self.lease_ms or max(defaults.lease_ms, min(self.timeout_ms * 2, c.LEASE_MS_MAX)),

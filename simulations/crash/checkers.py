@@ -117,9 +117,9 @@ MEANINGS: dict[Failure, str] = {
 _RESTARTS = frozenset({"added", "replaced"})
 _HARMLESS_AFTER_END = frozenset({"added", "replaced", "rejected"})
 # Events that carry the job's (new) due time.
-_DUE_EVENTS = frozenset({"added", "replaced", "failed", "expired", "requeued", "ready"})
+_DUE_EVENTS = frozenset({"added", "replaced", "failed", "expired", "lost", "requeued", "ready"})
 # Events that end a lease without an ack, so a later lease of the same job is legitimate.
-_LEASE_ENDS = ("expired", "released", "failed", "dead", "cancelled")
+_LEASE_ENDS = ("expired", "lost", "quarantined", "released", "failed", "dead", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,13 @@ from _tamper import move_due
 from _wait import wait_until
 
 import actors
-from actors.clock import SystemClock
+from actors.clock import FakeClock, SystemClock
 from actors.server.embedded import RedisProcess
 from actors.server.embedded_default import socket_path_for
 from actors.storage.keys import member, shard_of
 from actors.storage.namespace_config import ensure_shards
 from actors.storage.store import Store
+from actors.values import TopicConfig
 
 NS = "clitest"
 
@@ -93,6 +94,21 @@ def make_dead(store: Store, topic: str, job_id: str) -> None:
         store.fail(topic, job_id, lease.token, "boom", 0)
     info = store.get(topic, job_id)
     assert info is not None and info.state == "dead"
+
+
+def make_quarantined(redis_client: redis.Redis, topic: str, job_id: str) -> None:
+    """A job whose worker was lost twice, the second time while it ran alone: with lost_max=1,
+    quarantined. A fake clock moves past the leases."""
+    clock = FakeClock(SystemClock().now_ms())
+    store = Store(redis_client, NS, clock)
+    store.configure_topic(topic, TopicConfig(retry_ms=(0,), lease_ms=100, lost_max=1))
+    store.add(store.new_job(topic, job_id, {"n": 1}))
+    for worker in ("w1", "w2"):
+        assert len(store.lease(topic, 1, worker)) == 1
+        clock.advance(100)
+        assert store.expire() == (1, None)
+    info = store.get(topic, job_id)
+    assert info is not None and info.quarantined
 
 
 # -- help and usage ---------------------------------------------------------------------------
@@ -413,6 +429,21 @@ def test_dead_list_requeue_purge(cli: Cli, store: Store) -> None:
     assert cli.json("dead", "requeue", "--all") == {"requeued": 1}
     assert cli.json("dead", "list") == []
     assert "no dead jobs" in cli("dead").stdout
+
+
+def test_dead_list_says_why_a_quarantined_job_died(
+    cli: Cli, store: Store, redis_client: redis.Redis
+) -> None:
+    make_dead(store, "a", "1")
+    make_quarantined(redis_client, "q", "1")
+    why = "quarantined: its worker was lost once while it ran alone"
+    listed = {(j["topic"], j["id"]): j for j in cli.json("dead", "list")}
+    quarantined, failed = listed[("q", "1")], listed[("a", "1")]
+    assert (quarantined["why"], quarantined["quarantined"]) == (why, True)
+    assert (quarantined["lost"], quarantined["attempts_failed"]) == (1, 0)
+    assert (failed["why"], failed["quarantined"]) == ("-", False)  # it failed without a traceback
+    text = cli("dead", "list").stdout
+    assert why in text and "why" in text.splitlines()[0]
 
 
 def test_dead_requeue_and_purge_need_a_selection(cli: Cli) -> None:

@@ -27,7 +27,7 @@ COMMON = [1_000, "MAXLEN", "50", "redelay:{ns.2}:"]
 
 def every_call() -> list[calls.ScriptCall]:
     job = NewJob("t", "a", b"{}", 5_000, None, None, None)
-    blobs = {"t": codec.pack_topic_config((1,), 100)}
+    blobs = {"t": codec.pack_topic_config((1,), 100, 3)}
     return [
         calls.add(KEYS, AT, [job], blobs, replace=False),
         calls.add(KEYS, AT, [job], blobs, replace=True),

@@ -9,6 +9,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -103,6 +104,16 @@ def test_dead_jobs_are_grouped_by_their_exception_line_largest_group_first() -> 
     assert [(g.reason, [j.id for j in g.jobs]) for g in groups] == [
         ("ValueError: no stock", ["b", "c"]),
         (views.NO_TRACEBACK, ["a"]),
+    ]
+
+
+def test_quarantined_jobs_are_grouped_by_how_often_their_worker_was_lost() -> None:
+    tb = "Traceback (most recent call last):\n  File x\nValueError: no stock\n"
+    lost = [replace(info(n, tb if n == "b" else None), quarantined=True, lost=3) for n in "ab"]
+    groups = views.group_dead([*lost, info("c", tb)])
+    assert [(g.reason, [j.id for j in g.jobs]) for g in groups] == [
+        ("quarantined: its worker was lost 3 times while it ran alone", ["a", "b"]),
+        ("ValueError: no stock", ["c"]),
     ]
 
 

@@ -77,8 +77,8 @@ def test_python_m_actors_model_effects_prints_the_table() -> None:
 
 def test_a_changed_effects_table_is_noticed() -> None:
     edited = LIFECYCLE_DOC.read_text().replace(
-        "| `dead` | leased | dead | ends lease, counts attempt |",
-        "| `dead` | leased | dead | ends lease |",
+        "| `dead` | leased | dead | ends lease, counts attempt, clears suspect |",
+        "| `dead` | leased | dead | ends lease, clears suspect |",
     )
     [table] = effects_tables(edited)
     assert table != effects_table()

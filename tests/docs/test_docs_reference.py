@@ -21,7 +21,7 @@ from _binaries import redis_binaries
 
 from actors import FakeClock, RedisFullError, Store, TopicConfig
 from actors import _constants as c
-from actors.lifecycle import TopicEvent
+from actors.lifecycle import LEGACY_EVENTS, TopicEvent
 from actors.model import Event
 from actors.server.embedded import RedisProcess
 from actors.storage import codec as _record
@@ -104,7 +104,9 @@ def test_every_model_event_is_documented_once() -> None:
 
 
 def test_the_audit_table_names_the_scripts_that_emit_each_event() -> None:
-    assert documented_events() == by_event(events_in_code())
+    # Events no script writes any more: documented, emitted by none.
+    legacy: dict[str, set[str]] = {event.value: set() for event in LEGACY_EVENTS}
+    assert documented_events() == by_event(events_in_code()) | legacy
 
 
 def test_the_script_headers_list_the_events_the_code_emits() -> None:
@@ -290,6 +292,7 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
             "READY_CHANNEL",
             "SLOT_PROBE_KEY",
             "SCHEDULES_KEY",
+            "GATES_KEY",  # a lost suspect's mark goes (HDEL only: lua/_lost.lua)
             "DUE_BUCKET_PREFIX",  # the delayed set's buckets (lua/_delayed.lua)
             "LEGACY_DELAYED_KEY",
         ]
@@ -330,7 +333,7 @@ def test_every_record_field_is_in_the_record_table() -> None:
     in_code = set(re.findall(r"``([a-z])``", _record.__doc__))
     text = (DOCS / "redis-layout.md").read_text().split("## The job record", 1)[1]
     in_docs = set(re.findall(r"^\| `([a-z])` \|", text, re.MULTILINE))
-    assert in_docs == in_code == set("bdanrlcxtpshw")
+    assert in_docs == in_code == set("bdanrlcxtpshwouq")
 
 
 @pytest.mark.parametrize(

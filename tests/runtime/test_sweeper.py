@@ -9,8 +9,11 @@ import pytest
 import redis
 from _actor_support import events, stats
 from _wait import wait_until
+from prometheus_client import CollectorRegistry
 
 from actors.clock import FakeClock
+from actors.metrics import PrometheusRecorder
+from actors.runtime.messages import Sweep
 from actors.runtime.sweeper import RetrySweeper
 from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
@@ -41,8 +44,39 @@ def test_recovers_a_lease_another_process_let_expire_at_its_deadline(
     fake_clock.advance(1)
     wait_until(lambda: stats(sweeper)["recovered"] == 1, "the expired lease recovered")
     info = topic.get("t", "j000")
-    assert info is not None and info.state == "ready" and info.attempts_failed == 1
-    assert events(topic, "j000")[-1]["e"] == "expired"
+    # Lost, not failed: no attempt counted, and it runs again as a suspect.
+    assert info is not None and info.state == "ready" and info.attempts_failed == 0
+    assert (info.suspect, info.lost) == (True, 0)
+    assert events(topic, "j000")[-1]["e"] == "lost"
+
+
+def test_counts_lost_and_quarantined_jobs_in_the_metrics(
+    topic: Store, fake_clock: FakeClock
+) -> None:
+    topic.configure_topic("t", TopicConfig(retry_ms=(0, 5_000), lease_ms=2_000, lost_max=1))
+    recorder = PrometheusRecorder(CollectorRegistry())
+    lease_jobs(topic, 2)
+    sweeper = RetrySweeper.start(topic, fake_clock, interval_ms=60_000, recorder=recorder)
+    deadline = fake_clock.now_ms() + 2_000
+    wait_until(lambda: stats(sweeper)["next_ms"] == deadline, "a sweep set for the deadline")
+    fake_clock.advance(2_000)
+    wait_until(lambda: stats(sweeper)["lost"] == 2, "both leases lost")
+    # Leased again, one of them as a suspect (alone), and lost again: quarantined.
+    fake_clock.advance(100)  # the first due at once, the second 100 ms later
+    assert [lease.id for lease in topic.lease("t", 2, "next-worker")] == ["j000"]
+    fake_clock.advance(2_000)
+    sweeper.tell(Sweep())  # its timer is a minute away: no lease was left at its last sweep
+    wait_until(lambda: stats(sweeper)["quarantined"] == 1, "the suspect quarantined")
+    samples = {
+        s.labels["event"]: s.value
+        for family in recorder.collect()
+        if family.name == "redelay_job_events"
+        for s in family.samples
+        if s.labels["topic"] == "t"
+    }
+    assert (samples["lost"], samples["quarantined"]) == (2, 1)
+    info = topic.get("t", "j000")
+    assert info is not None and (info.state, info.quarantined, info.lost) == ("dead", True, 1)
 
 
 def test_a_lease_taken_after_a_sweep_is_found_within_the_interval(
@@ -64,7 +98,8 @@ def test_sweeps_a_backlog_in_bounded_batches(topic: Store, fake_clock: FakeClock
     sweeper = RetrySweeper.start(topic, fake_clock, batch=10)
     wait_until(lambda: stats(sweeper)["recovered"] == 250, "every lease recovered")
     assert stats(sweeper)["sweeps"] >= 25  # 10 per call, 20 calls per message, then yields
-    assert topic.stats()["t"]["ready"] == 250
+    counts = topic.stats()["t"]
+    assert counts["ready"] + counts["delayed"] == 250  # due 100 ms apart: not leased together
 
 
 def test_backs_off_while_redis_is_away_and_resumes(

@@ -185,7 +185,7 @@ def test_topic_defaults_reach_every_shard(sharded: Store) -> None:
     for s in range(SHARDS):
         blob = sharded.client.hget(ShardKeys("shop", s).topics, "mail")
         assert blob is not None
-        assert codec.unpack_topic_config(blob) == ((1, 2), 2_000)  # type: ignore[arg-type]
+        assert codec.unpack_topic_config(blob) == ((1, 2), 2_000, 3)  # type: ignore[arg-type]
     assert sharded.stored_topic_config("mail") == TopicConfig((1, 2), 2_000)
 
 

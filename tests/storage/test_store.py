@@ -13,6 +13,7 @@ import redis
 from _audit import AuditCursor, structure_problems
 from _wait import WAIT_S
 
+from actors import _constants as c
 from actors.clock import FakeClock
 from actors.errors import ErrorCode, JobExistsError
 from actors.storage import reads
@@ -458,14 +459,14 @@ def test_ack_with_the_token_of_an_expired_lease_is_rejected_after_a_new_lease(
     shop.carry()
     (new,) = shop.lease("t", 1)
     audit.new()
-    assert new.attempt == 2
+    assert new.attempt == 1  # a lost lease counts no attempt
     assert shop.ack("t", "j", old.token) is ErrorCode.STALE_TOKEN
     rejected = audit.one("rejected")
     assert (rejected["op"], rejected["tok"], rejected["code"], rejected["a"]) == (
         "ack",
         old.token,
         "-3",
-        "2",
+        "1",
     )
     info = shop.get("t", "j")
     assert info is not None and info.state == "leased" and info.token == new.token
@@ -742,7 +743,7 @@ def test_release_with_a_stale_token_is_rejected(store: Store, audit: AuditCursor
 # -- expire ---------------------------------------------------------------------------------
 
 
-def test_an_expired_lease_counts_as_a_failed_attempt(
+def test_an_expired_lease_is_lost_not_a_failed_attempt(
     shop: Store, audit: AuditCursor, fake_clock: FakeClock
 ) -> None:
     lease = leased_job(shop, audit, "j")
@@ -752,21 +753,25 @@ def test_an_expired_lease_counts_as_a_failed_attempt(
     fake_clock.advance(1)
     now = fake_clock.now_ms()
     assert shop.expire() == (1, None)
-    event = audit.one("expired")
+    event = audit.one("lost")
+    # Due after the delay the schedule gives after the running attempt; not held against it: it
+    # was not leased as a suspect, so it may have died with another job's worker.
     assert (event["a"], event["due"], event["why"], event["to"]) == (
         "1",
         str(now + 1_000),
         "lease-expired",
         "delayed",
     )
+    assert (event["lost"], event["counted"]) == ("0", "0")
     info = shop.get("t", "j")
     assert info is not None
     assert (info.state, info.attempts_failed, info.due_ms, info.token) == (
         "delayed",
-        1,
+        0,
         now + 1_000,
         None,
     )
+    assert (info.suspect, info.lost, info.quarantined) == (True, 0, False)
     assert shop.ack("t", "j", lease.token) is ErrorCode.NOT_LEASED
     assert_clean(shop)
 
@@ -779,19 +784,60 @@ def test_expire_recovers_at_most_limit_leases_and_ends_exhausted_jobs_dead(
     shop.lease("t", 3)
     fake_clock.advance(2_000)
     audit.new()
-    assert shop.expire(limit=2) == (2, fake_clock.now_ms())
-    assert [(f["e"], f["i"], f["to"]) for _, f in audit.new()] == [
-        ("expired", "a", "ready"),
-        ("expired", "b", "ready"),
+    now = fake_clock.now_ms()
+    assert shop.expire(limit=2) == (2, now)
+    # One sweep's jobs come due 100 ms apart (a first at once), so they are not leased together.
+    assert [(f["e"], f["i"], f["to"], f["due"]) for _, f in audit.new()] == [
+        ("lost", "a", "ready", str(now)),
+        ("lost", "b", "delayed", str(now + 100)),
     ]
     assert shop.expire() == (1, None)
-    leases = shop.lease("t", 3)
-    assert [lease.id for lease in leases] == ["a", "b", "c"]
+    assert [(f["e"], f["i"], f["to"]) for _, f in audit.new()] == [("lost", "c", "ready")]
+    assert shop.stats()["t"] == {"delayed": 1, "ready": 2, "leased": 0, "dead": 0}
+    assert_clean(shop)
+
+
+def ids(leases: list[Lease]) -> list[str]:
+    return [lease.id for lease in leases]
+
+
+def test_a_suspect_runs_alone_and_is_quarantined_after_lost_max_losses_as_one(
+    shop: Store, audit: AuditCursor, fake_clock: FakeClock
+) -> None:
+    shop.configure_topic("t", TopicConfig(retry_ms=(0,), lease_ms=2_000, lost_max=2))
+    shop.add_many([shop.new_job("t", name) for name in ("a", "b", "c")])
+    assert ids(shop.lease("t", 2, "w1")) == ["a", "b"]
     fake_clock.advance(2_000)
+    assert shop.expire() == (2, None)  # w1 died: a and b come back as suspects, none blamed
+    fake_clock.advance(100)
+    shop.carry()
+    assert ready_list(shop) == ["c", "a", "b"]
+    # An ordinary job, then not the suspect behind it: that one waits for a lease of its own.
+    (ordinary,) = shop.lease("t", 5, "w2")
+    assert ordinary.id == "c" and ready_list(shop) == ["a", "b"]
+    assert shop.ack("t", "c", ordinary.token) is ErrorCode.OK
+    assert ids(shop.lease("t", 5, "w3")) == ["a"]  # alone
+    waiting = shop.lease_batch("t", 5, "w3")  # w3 runs a suspect: it is leased nothing else
+    assert (waiting.leases, waiting.wait_ms) == ([], c.SUSPECT_POLL_MS)
+    (b,) = shop.lease("t", 5, "w2")  # another worker takes the next suspect
+    assert shop.ack("t", "b", b.token) is ErrorCode.OK  # b was innocent: gone, nothing held
     audit.new()
-    assert shop.expire() == (3, None)
-    assert [(f["e"], f["via"], f["a"]) for _, f in audit.new()] == [("dead", "expired", "2")] * 3
-    assert shop.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 3}
+    for loss in (1, 2):  # w3 dies while a runs alone; then again
+        fake_clock.advance(2_000)
+        assert shop.expire() == (1, None)
+        entry = audit.new()[-1][1]  # after the lease of the loop before
+        info = shop.get("t", "a")
+        assert info is not None and info.lost == loss
+        if loss == 1:
+            assert (entry["e"], entry["lost"], entry["counted"]) == ("lost", "1", "1")
+            assert ids(shop.lease("t", 5, "w3")) == ["a"]  # its mark went with the lease
+    assert (entry["e"], entry["why"], entry["lost"]) == ("quarantined", "lost", "2")
+    assert info is not None
+    assert (info.state, info.quarantined, info.attempts_failed) == ("dead", True, 0)
+    assert shop.stats()["t"] == {"delayed": 0, "ready": 0, "leased": 0, "dead": 1}
+    assert shop.requeue_dead([("t", "a")]) == 1
+    info = shop.get("t", "a")
+    assert info is not None and (info.lost, info.suspect, info.quarantined) == (0, False, False)
     assert_clean(shop)
 
 

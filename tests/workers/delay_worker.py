@@ -36,6 +36,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retry", default="1", help="comma-separated seconds")
     parser.add_argument("--grace", type=float, default=5.0)
     parser.add_argument("--sweep", type=float, default=1.0, help="sweep interval, seconds")
+    parser.add_argument("--poison", help="the id of a job whose handler kills this process")
     return parser.parse_args(argv)
 
 
@@ -60,6 +61,8 @@ def main(argv: list[str]) -> int:
     )
     def handle(job: Job) -> None:
         recorder.rpush(key, f"{job.id}:{job.attempt}:{pid}")
+        if job.id == args.poison:
+            os._exit(3)  # what a segfault in an extension or the OOM killer does: no goodbye
         if args.block:
             forever.wait()
         if args.work_ms:

@@ -37,7 +37,7 @@ NAMESPACE = "limits"
 RATED, FLIGHT = "rated", "flight"
 _ADD_BATCH = 1_000
 # Events that end a lease (a "cancelled" entry ends one only when it says from=leased).
-_LEASE_ENDS = frozenset({"acked", "failed", "expired", "released", "dead"})
+_LEASE_ENDS = frozenset({"acked", "failed", "expired", "lost", "quarantined", "released", "dead"})
 
 
 def run_worker(url: str, concurrency: int) -> None:

@@ -97,7 +97,7 @@ def test_a_job_that_kills_its_worker_is_quarantined_and_its_neighbours_are_not_b
             "--lease", "1", "--work-ms", "300", "--sweep", "0.2", "--poison", "poison",
         )  # fmt: skip
         try:  # no "started" to wait for: the poison may kill it before it prints that
-            wait_for(
+            wait_until(
                 lambda w=worker: w.process.poll() is not None or settled(),  # type: ignore[misc]
                 "the worker's death, or the end of the work",
                 timeout_s=2 * WAIT_S,

@@ -182,7 +182,7 @@ def test_get_dead_list_and_history_show_the_traceback(
     listed = redelay(redis_server, "dead", "list")
     assert listed.returncode == 0, listed.stderr
     header, _, row = listed.stdout.splitlines()[:3]
-    assert header.split()[-1] == "error" and row.endswith("KeyError: 'sku'")
+    assert header.split()[-1] == "why" and row.endswith("KeyError: 'sku'")
     history = redelay(redis_server, "history", "t", "j")
     assert history.returncode == 0, history.stderr
     assert "traceback of attempt 1 (failed):\n    Traceback" in history.stdout

@@ -156,7 +156,9 @@ def test_jobs_still_running_after_grace_keep_their_lease_and_a_sweeper_recovers_
     fake_clock.advance(5_000)
     wait_until(lambda: stats(sweeper)["recovered"] == 1, "the recovery")
     info = store.get("t", "stuck")
-    assert info is not None and info.state == "delayed" and info.attempts_failed == 1
+    # A lost lease, not a failed attempt: it runs again as a suspect, alone.
+    assert info is not None and info.state == "delayed" and info.attempts_failed == 0
+    assert info.suspect
 
 
 def test_stop_keeps_its_bound_when_redis_is_gone(

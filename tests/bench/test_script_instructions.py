@@ -78,6 +78,8 @@ def test_an_empty_call_counts_the_same_twice_and_far_less_than_a_jobs_life() -> 
     first = script_instructions.count_noop(200, redis_server)
     again = script_instructions.count_noop(200, redis_server)
     assert first > 1_000
-    assert again == pytest.approx(first, rel=0.02)
+    # Not exact: the server's timer (serverCron, 10 ticks a second) runs inside the count, so a
+    # run slowed by a loaded host counts a few more ticks per call (seen: 11,201 then 11,759).
+    assert again == pytest.approx(first, rel=0.10)
     life = _count(lua_dir(), "this checkout").total
     assert life > 5 * first

@@ -58,6 +58,7 @@ from .chaos_redis import OneServer, deployment
 from .chaos_settings import (
     BACKLOG_PREFETCH,
     BACKLOG_RATE_PER_S,
+    LOST_MAX,
     PRODUCTION_FAULTS,
     ChaosSettings,
     derive,
@@ -524,6 +525,7 @@ class Chaos:
             calm_p99_bound_ms=None,
             schedules=() if self.schedule_plan is None else (SCHEDULE_NAME,),
             worker_clocks_stepped=any(f.kind == "clock_step" for f in ledger.faults),
+            lost_max=LOST_MAX,
         )
 
     def close(self) -> None:
@@ -575,12 +577,18 @@ def poison_notes(evidence: Evidence) -> str:
         if fault.kind == "handler_crash":
             job = fault.detail.split(" ")[1]
             crashes[job] = crashes.get(job, 0) + 1
+    ends: dict[tuple[str, str], str] = {}  # the last event that ended each poison job
+    for _, fields in evidence.audit:
+        if fields.get("i", "").startswith(POISON_PREFIX) and fields.get("e") in _POISON_ENDS:
+            ends[(fields.get("t", ""), fields["i"])] = fields["e"]
     parts = []
     for key in sorted(k for k in evidence.ledger.jobs if k[1].startswith(POISON_PREFIX)):
-        live = evidence.live.jobs.get(key)
-        end = "gone" if live is None else str(live.state)
+        end = ends.get(key, "not ended")
         parts.append(f"{key[0]}/{key[1]}: killed {crashes.get('/'.join(key), 0)} workers, {end}")
     return "; ".join(parts)
+
+
+_POISON_ENDS = frozenset({"quarantined", "dead", "acked", "cancelled"})
 
 
 def reproduce_command(args: argparse.Namespace, seed: int) -> str:

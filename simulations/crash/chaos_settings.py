@@ -31,6 +31,10 @@ FAULT_KINDS = (
     "handler_crash",  # a poison job's handler kills its worker process, every time
 )
 
+# Every topic's lost_max in the chaos workers (redelay's default): the losses held against a job
+# before it is quarantined, which the innocent_dead and quarantine checks hold the run to.
+LOST_MAX = 3
+
 # Fault kinds --production-faults adds, scheduled from a random source of their own.
 PRODUCTION_FAULTS = ("clock_step", "network_blackhole", "network_forget")
 

@@ -36,7 +36,7 @@ from redis.retry import Retry as RedisRetry
 from actors import AuditRetention, DelayQueue, Job, RedisSyncedClock, Retry
 
 from ._user_app import load_app_handlers
-from .chaos_settings import ChaosSettings
+from .chaos_settings import LOST_MAX, ChaosSettings
 from .det_settings import TopicPlan
 from .ledger import Ledger
 
@@ -83,6 +83,7 @@ def make_queue() -> DelayQueue:
             timeout=topic.timeout_ms / 1000,
             retry=[ms / 1000 for ms in topic.retry_ms],
             lease=topic.lease_ms / 1000,
+            lost_max=LOST_MAX,
         )(_handler(queue, ledger, settings, worker, consumer, oracle, topic, user.get(topic.name)))
     return queue
 

@@ -25,6 +25,12 @@ then liveness; the exit code is the first failure's (see :data:`EXIT_CODES`, doc
    after its ack.
 9. ``stuck``: at the end a job is still delayed, ready or leased (nothing finished it in time).
 10. ``late``: with a bound set, lateness in calm periods went over it.
+6b. ``innocent_dead``: a job died of lost leases (quarantined) though it never crashed its worker,
+   and a loss held against it was not one a fault of the driver's (a kill, a partition) caused
+   either: it paid for a neighbour's crash.
+6c. ``quarantine``: a job whose handler crashed its worker every time (a culprit) did not end
+   quarantined, or took more workers down than the topic's lost_max allows (one loss before it
+   runs alone, then lost_max).
 11. ``user_check``: the user's own checker (``--check``) raised: one of their invariants broke
    (simulations.crash.user_check runs it; it is not a function of the evidence alone).
 """
@@ -62,6 +68,8 @@ class Failure(StrEnum):
     PAUSED_LEASED = "paused_leased"
     AUDIT_DRIFT = "audit_drift"
     SCHEDULE = "schedule"
+    INNOCENT_DEAD = "innocent_dead"
+    QUARANTINE = "quarantine"
     LOST = "lost"
     UNEXPLAINED_DUPLICATE = "unexplained_duplicate"
     STUCK = "stuck"
@@ -78,6 +86,8 @@ EXIT_CODES: dict[Failure, int] = {
     Failure.PAUSED_LEASED: 19,  # numbered after the others it joined
     Failure.AUDIT_DRIFT: 13,
     Failure.SCHEDULE: 20,  # added after the others: their codes stay as they were
+    Failure.INNOCENT_DEAD: 22,
+    Failure.QUARANTINE: 23,
     Failure.LOST: 14,
     Failure.UNEXPLAINED_DUPLICATE: 15,
     Failure.STUCK: 16,
@@ -105,6 +115,8 @@ MEANINGS: dict[Failure, str] = {
     Failure.PAUSED_LEASED: "a job was leased from a paused topic",
     Failure.AUDIT_DRIFT: "the audit stream does not replay to the live state",
     Failure.SCHEDULE: "a schedule made a slot twice, had two pending, or lost its next one",
+    Failure.INNOCENT_DEAD: "a job died for a crash it did not cause",
+    Failure.QUARANTINE: "a crash-looping job was not quarantined after lost_max losses",
     Failure.LOST: "a job the producer added was lost",
     Failure.UNEXPLAINED_DUPLICATE: "a duplicate delivery has no expired lease, release or timeout",
     Failure.STUCK: "a job was still pending when the run ended",
@@ -154,6 +166,9 @@ class Evidence:
     # Some worker's wall clock was stepped: a run's start read on its worker's clock says
     # nothing, so only runs with the server's time (RunRow.server_ms) are judged.
     worker_clocks_stepped: bool = False
+    # The topic's lost_max (losses held against a job before it is quarantined) when the run has
+    # jobs that crash their worker: innocent_dead and quarantine are checked. None: not checked.
+    lost_max: int | None = None
     # The deterministic simulator's clock (the scripts' time) stepped back: (the audit stream's
     # time at the step, ms back) each. ``early`` then judges by true time: a time the clock read
     # plus every step back before it, placed by the entry that carries it.
@@ -240,6 +255,7 @@ class AuditIndex:
         # A topic's pause and resume entries and its leases' positions (check_paused).
         self.topic_events: dict[str, list[tuple[int, str]]] = defaultdict(list)
         self.topic_leases: dict[str, list[tuple[int, Key]]] = defaultdict(list)
+        self.fields_at: dict[int, dict[str, str]] = {}
         for pos, (entry_id, fields) in enumerate(entries):
             self.ids.append(entry_id)
             key = (fields.get("t", ""), fields.get("i", ""))
@@ -249,6 +265,7 @@ class AuditIndex:
             if fields.get("e") == "leased":
                 self.topic_leases[key[0]].append((pos, key))
             self.by_key[key].append((pos, fields))
+            self.fields_at[pos] = fields
             if fields.get("e") == "leased":
                 token = fields.get("tok", "")
                 lease = (key, token)
@@ -257,6 +274,10 @@ class AuditIndex:
                 self.lease_pos[lease] = pos
                 self.lease_ms[lease] = int(fields.get("ms", 0))
                 self.lease_by[lease] = fields.get("by", "")
+
+    def entry(self, pos: int) -> dict[str, str]:
+        """The fields of the job entry at a position (empty for a topic's pause or resume)."""
+        return self.fields_at.get(pos, {})
 
     def server_ms(self, pos: int) -> int:
         """The server's time when the entry was written (the ms part of its stream id)."""
@@ -725,6 +746,147 @@ def check_late(ev: Evidence, late: Lateness) -> list[Violation]:
     ]
 
 
+# -- 6b and 6c. deaths of lost leases -----------------------------------------------------------
+
+CRASH_FAULT = "handler_crash"  # a fault whose detail is "<consumer> <topic>/<id> #<attempt>"
+# A death of lost leases: quarantined, or (before lost leases were counted apart) an expired
+# lease that ran out the retry schedule.
+_LOSS_EVENTS = frozenset({"lost", "quarantined", "expired"})
+
+
+def culprits(ev: Evidence) -> dict[Key, int]:
+    """The jobs whose handler crashed its worker, with how many times it did."""
+    found: Counter[Key] = Counter()
+    for fault in ev.ledger.faults:
+        if fault.kind == CRASH_FAULT:
+            topic, _, job_id = fault.detail.split(" ")[1].partition("/")
+            found[(topic, job_id)] += 1
+    return dict(found)
+
+
+def _died_of_losses(index: AuditIndex, key: Key) -> int | None:
+    """The position of the job's last death when it died of lost leases, else None."""
+    death: int | None = None
+    for pos, fields in index.by_key.get(key, []):
+        event = fields.get("e", "")
+        if event in _RESTARTS or event == "requeued":
+            death = None
+        elif event == "quarantined" or (event == "dead" and fields.get("via") == "expired"):
+            death = pos
+        elif event == "dead":
+            death = None  # its own handler failed it: no one else's fault
+    return death
+
+
+def _held_losses(index: AuditIndex, key: Key, until: int) -> list[tuple[int, int]]:
+    """(lease position, loss position) of each loss held against the job up to ``until``."""
+    held: list[tuple[int, int]] = []
+    lease: int | None = None
+    for pos, fields in index.by_key.get(key, []):
+        if pos > until:
+            break
+        event = fields.get("e", "")
+        if event == "leased":
+            lease = pos
+        elif event in ("requeued", *_RESTARTS):
+            held = []
+        elif lease is not None and event in (*_LOSS_EVENTS, "dead", "failed", "acked", "released"):
+            if _held(fields):
+                held.append((lease, pos))
+            lease = None
+    return held
+
+
+def _held(fields: dict[str, str]) -> bool:
+    """Whether the entry ending a lease holds a loss against the job: a loss while it ran alone
+    (``counted``), its quarantine, or, before losses were counted apart, an expired lease (an
+    attempt the job was charged with)."""
+    event = fields.get("e")
+    if event == "lost":
+        return fields.get("counted") == "1"
+    if event == "dead":
+        return fields.get("via") == "expired"
+    return event in ("quarantined", "expired")
+
+
+def _loss_explained(
+    ev: Evidence, index: AuditIndex, lease: int, loss: int, faults: Sequence[FaultRow]
+) -> bool:
+    """A fault of the driver's hit the lease's consumer (or every consumer) while it held it."""
+    holder = index.entry(lease).get("by", "")
+    start, end = _entry_ms(ev, index, lease) - 1, _entry_ms(ev, index, loss)
+    for fault in faults:
+        if not start <= fault.at_ms <= end or fault.kind in _LOCAL_FAULTS:
+            continue
+        if fault.kind == CRASH_FAULT:
+            continue  # a crash of this job's own is not the driver's, a neighbour's is no excuse
+        if fault.kind in GLOBAL_FAULTS or fault.detail.split(" ", 1)[0] == holder:
+            return True
+    return False
+
+
+def _entry_ms(ev: Evidence, index: AuditIndex, pos: int) -> int:
+    if ev.audit_time == "server":
+        return index.server_ms(pos)
+    return int(index.entry(pos).get("ms", 0))
+
+
+def check_lost_deaths(ev: Evidence, index: AuditIndex) -> list[Violation]:
+    """``innocent_dead`` and ``quarantine``, when the run has a ``lost_max``."""
+    if ev.lost_max is None:
+        return []
+    found: list[Violation] = []
+    crashed = culprits(ev)
+    faults = sorted(ev.ledger.faults, key=lambda f: f.at_ms)
+    for key in sorted(ev.ledger.jobs):
+        death = _died_of_losses(index, key)
+        if key in crashed:
+            live = ev.live.jobs.get(key)
+            quarantined = death is not None and index.entry(death).get("e") == "quarantined"
+            if not quarantined or live is None or live.state is not State.DEAD:
+                end = "still " + str(live.state) if live is not None else "gone"
+                if death is not None:
+                    end = f"{index.entry(death).get('e')} (audit entry {death})"
+                found.append(
+                    Violation(
+                        Failure.QUARANTINE,
+                        key,
+                        f"crashed its worker {crashed[key]} times and ended {end}, not quarantined",
+                    )
+                )
+            elif crashed[key] > ev.lost_max + 1:
+                found.append(
+                    Violation(
+                        Failure.QUARANTINE,
+                        key,
+                        f"crashed its worker {crashed[key]} times before it was quarantined "
+                        f"(lost_max {ev.lost_max}: at most {ev.lost_max + 1})",
+                    )
+                )
+            continue
+        if death is None:
+            continue
+        unexplained = [
+            (lease, loss)
+            for lease, loss in _held_losses(index, key, death)
+            if not _loss_explained(ev, index, lease, loss, faults)
+        ]
+        if unexplained:
+            lease, loss = unexplained[0]
+            holder = index.entry(lease).get("by", "")
+            found.append(
+                Violation(
+                    Failure.INNOCENT_DEAD,
+                    key,
+                    f"died of lost leases (audit entry {death}) though it never crashed its "
+                    f"worker: {len(unexplained)} of the losses held against it had no fault of "
+                    f"the run's to explain them, first the lease of entry {lease} on {holder} "
+                    f"lost at entry {loss}; its entries: {job_entries_text(index, key)}",
+                )
+            )
+    return found
+
+
 # -- 4b. schedules -----------------------------------------------------------------------------
 
 
@@ -808,6 +970,7 @@ def check_all(ev: Evidence) -> Verdict:
     violations += check_paused(index)
     violations += check_audit(ev, index)
     violations += check_schedules(ev)
+    violations += check_lost_deaths(ev, index)
     outcome_violations, outcomes = check_outcomes(ev, index)
     duplicate_violations, duplicates = check_duplicates(ev, index)
     late = lateness(ev)

@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 
 from actors.clock import FakeClock
+from actors.lifecycle import State
 from actors.storage.store import Store
+from actors.values import TopicConfig
 from simulations.crash.chaos import poison_plan
 from simulations.crash.chaos_settings import PRODUCTION_FAULTS, ChaosSettings, derive
 from simulations.crash.chaos_worker import POISON_PREFIX
 from simulations.crash.checkers import EXIT_CODES, Evidence, Failure, check_all
-from simulations.crash.ledger import JobRow, Ledger, LedgerData, RunRow
+from simulations.crash.ledger import FaultRow, JobRow, Ledger, LedgerData, RunRow
 
 ROOT = Path(__file__).resolve().parents[2]
 T = "orders"
@@ -201,6 +203,7 @@ def test_chaos_with_production_faults_ci_run(seed: int, tmp_path: Path) -> None:
     poisons = summary["notes"]["poison jobs"].split("; ")
     assert len(poisons) == summary["settings"]["poison_jobs"]
     assert all("killed 0 workers" not in p for p in poisons), poisons
+    assert all(p.endswith(", quarantined") for p in poisons), poisons
 
 
 def _server_ms_between_entries(store: Store) -> int:
@@ -256,3 +259,83 @@ def test_backward_clock_steps_keep_the_deterministic_seeds_other_faults() -> Non
         (e.at_ms, e.kind, e.busy, e.data) for e in sorted(plan(without, 0))
     ]
     assert all(not e.busy for e in plan(settings, 0) if e.kind == "clock_step_back")
+
+
+CONSUMER = "w1.1:4242"
+
+
+def _lost_until_dead(store: Store, clock: FakeClock, job_id: str) -> list[tuple[int, int]]:
+    """Adds a job and leases it to CONSUMER again and again, letting every lease expire (its
+    worker died), until the job is dead: a real history of a crash loop. Returns each lease's
+    (leased, expired) times."""
+    store.configure_topic(T, TopicConfig((100,), 1_000))
+    store.add(store.new_job(T, job_id, {"id": job_id}))
+    held: list[tuple[int, int]] = []
+    for _ in range(20):
+        clock.advance(500)
+        store.carry()
+        leases = store.lease(T, 1, CONSUMER)
+        if not leases:
+            continue
+        leased_ms = clock.now_ms()
+        clock.advance(1_000)
+        store.expire()
+        held.append((leased_ms, clock.now_ms()))
+        if store.snapshot().jobs[(T, job_id)].state is State.DEAD:
+            return held
+    raise AssertionError(f"{job_id} never died: {store.audit_entries()}")
+
+
+def _deaths(store: Store, job_id: str, faults: list[FaultRow], lost_max: int | None) -> Evidence:
+    job = JobRow(T, job_id, 0, 0)
+    ledger = LedgerData({job.key: job}, [], [], faults)
+    return Evidence(ledger, store.audit_entries(), store.snapshot(), lost_max=lost_max)
+
+
+def test_a_job_that_died_for_a_neighbours_crashes_is_innocent_dead(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    held = _lost_until_dead(store, fake_clock, "a")
+    # Its consumer died each time because another job's handler crashed it.
+    neighbour = [
+        FaultRow(n, leased + 1, "handler_crash", f"{CONSUMER} {T}/poison-0 #{n}")
+        for n, (leased, _) in enumerate(held, start=1)
+    ]
+    verdict = check_all(_deaths(store, "a", neighbour, lost_max=3))
+    assert verdict.failures == [Failure.INNOCENT_DEAD]
+    assert verdict.exit_code == EXIT_CODES[Failure.INNOCENT_DEAD] == 22
+    assert "though it never crashed its worker" in verdict.violations[0].message
+    assert check_all(_deaths(store, "a", neighbour, lost_max=None)).failures == []  # unchecked
+    # Killed by the driver each time instead (SIGKILL of its worker): unlucky, not innocent.
+    killed = [
+        FaultRow(n, leased + 1, "worker_sigkill", CONSUMER)
+        for n, (leased, _) in enumerate(held, start=1)
+    ]
+    assert check_all(_deaths(store, "a", killed, lost_max=3)).failures == []
+
+
+def test_a_crash_looping_job_is_quarantined_after_lost_max(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    held = _lost_until_dead(store, fake_clock, "poison-0")
+    own = [
+        FaultRow(n, leased + 1, "handler_crash", f"{CONSUMER} {T}/poison-0 #{n}")
+        for n, (leased, _) in enumerate(held, start=1)
+    ]
+    assert [f["e"] for _, f in store.audit_entries()][-1] == "quarantined"
+    assert len(held) == 4  # once before it ran alone, then the default lost_max of 3
+    assert check_all(_deaths(store, "poison-0", own, lost_max=3)).failures == []
+    # Held to a lost_max of 1, four crashes are two too many.
+    verdict = check_all(_deaths(store, "poison-0", own, lost_max=1))
+    assert verdict.failures == [Failure.QUARANTINE]
+    assert verdict.exit_code == EXIT_CODES[Failure.QUARANTINE] == 23
+    assert "crashed its worker 4 times before it was quarantined" in str(verdict.violations[0])
+    # A culprit that ends any other way (here: it ran out its retry schedule) is not quarantined.
+    failed = [(i, {**f, "e": "dead", "via": "expired"} if f["e"] == "quarantined" else f)
+              for i, f in store.audit_entries()]  # fmt: skip
+    ledger = LedgerData({(T, "poison-0"): JobRow(T, "poison-0", 0, 0)}, [], [], own)
+    verdict = check_all(Evidence(ledger, failed, store.snapshot(), lost_max=3))
+    assert Failure.QUARANTINE in verdict.failures
+    assert "not quarantined" in str(
+        next(v for v in verdict.violations if v.failure is Failure.QUARANTINE)
+    )

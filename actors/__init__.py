@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     # What type checkers and IDEs see: the same names, imported eagerly.
     from actors.async_queue import AsyncDelayQueue
     from actors.callbacks import register_callbacks
-    from actors.clock import Clock, FakeClock, RedisSyncedClock, SystemClock
+    from actors.clock import Clock, FakeClock, RedisSyncedClock, SteppedClock, SystemClock
     from actors.errors import (
         AddStreamError,
         ConfigError,
@@ -78,6 +78,7 @@ _SOURCES: dict[str, str] = {
     "RedisSyncedClock": "actors.clock",
     "Retry": "actors.job",
     "Store": "actors.storage.store",
+    "SteppedClock": "actors.clock",
     "SystemClock": "actors.clock",
     "TopicConfig": "actors.values",
     "TopicLimits": "actors.values",
@@ -111,6 +112,7 @@ __all__ = [
     "RedisServerNotFound",
     "RedisSyncedClock",
     "Retry",
+    "SteppedClock",
     "Store",
     "SystemClock",
     "TopicConfig",

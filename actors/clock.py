@@ -2,8 +2,8 @@
 
 Due times and lease deadlines are judged by the Redis server's clock: in production the scripts
 read ``TIME`` themselves, so no process's clock (stepped, drifting, wrong) can make a job due or
-a lease expired early. Only a clock that :attr:`Clock.drives_scripts` (the :class:`FakeClock` of
-tests and the deterministic simulator) passes its own ``now_ms`` for the scripts to follow.
+a lease expired early. Only a clock whose :meth:`Clock.scripts_now_ms` gives a time (the
+:class:`FakeClock` of tests and the deterministic simulator) passes it for the scripts to follow.
 Python reads time only through a :class:`Clock`, and time-driven actors get their ticks from the
 clock's timers, so a :class:`FakeClock` drives the whole system in tests without real sleeps.
 """
@@ -58,9 +58,11 @@ class Timer:
 
 
 class Clock(Protocol):
-    # True only for a clock the scripts must follow (a fake one): they get its now_ms. Any other
-    # clock only estimates the server's, and the scripts read TIME for every decision by time.
-    drives_scripts: bool
+    def scripts_now_ms(self) -> int | None:
+        """The time the scripts must judge by, from a clock they follow (a fake one, in tests);
+        None for any other clock, which only estimates the server's: the scripts then read
+        TIME for every decision by time."""
+        ...
 
     def now_ms(self) -> int:
         """Milliseconds since the epoch, on the clock every process agrees on."""
@@ -134,8 +136,6 @@ class _TimerHeap:
 class SystemClock:
     """Wall-clock time plus a fixed offset, with one daemon thread that runs timers."""
 
-    drives_scripts = False
-
     def __init__(self, offset_ms: float = 0.0) -> None:
         self._offset_ms = offset_ms
         self._timers = _TimerHeap()
@@ -146,6 +146,9 @@ class SystemClock:
         # Read under the condition's lock by call_at, which wakes it only for an earlier timer.
         self._asleep = False
         self._asleep_until_ms: int | None = None
+
+    def scripts_now_ms(self) -> int | None:
+        return None
 
     def _local_ms(self) -> float:
         """The local reading the offset is added to: the wall clock."""
@@ -344,10 +347,8 @@ class RedisSyncedClock(ServerTimeClock):
 class FakeClock:
     """A clock that moves only when told. Timers fire inside advance(), in due order.
 
-    The scripts take its time as theirs (``drives_scripts``): the explicit test path, so tests
+    The scripts take its time as theirs (``scripts_now_ms``): the explicit test path, so tests
     and the deterministic simulator decide when a job is due against a real Redis."""
-
-    drives_scripts = True
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self._now_ms = start_ms
@@ -356,6 +357,9 @@ class FakeClock:
 
     def now_ms(self) -> int:
         return self._now_ms
+
+    def scripts_now_ms(self) -> int:
+        return self.now_ms()
 
     def call_at(self, at_ms: int, callback: Callback) -> Timer:
         timer = self._timers.timer(at_ms, callback)
@@ -401,3 +405,37 @@ class FakeClock:
     def close(self) -> None:
         with self._lock:
             self._timers = _TimerHeap()
+
+
+class SteppedClock:
+    """One process's clock over a shared :class:`FakeClock`, off by ``offset_ms``, which
+    :meth:`step` changes: a host whose clock steps, in the deterministic simulator.
+
+    Its reading and its timers are the process's own; the scripts still judge by the shared
+    clock (the server's, in the model), as they judge by Redis's ``TIME`` in production. A timer
+    keeps the moment it was set for when the clock steps later, as the production clock's timers
+    wait on the monotonic clock.
+    """
+
+    def __init__(self, shared: FakeClock, offset_ms: int = 0) -> None:
+        self.shared = shared
+        self.offset_ms = offset_ms
+
+    def now_ms(self) -> int:
+        return self.shared.now_ms() + self.offset_ms
+
+    def scripts_now_ms(self) -> int:
+        return self.shared.scripts_now_ms()
+
+    def call_at(self, at_ms: int, callback: Callback) -> Timer:
+        return self.shared.call_at(at_ms - self.offset_ms, callback)
+
+    def call_later(self, delay_ms: int, callback: Callback) -> Timer:
+        return self.shared.call_later(delay_ms, callback)
+
+    def step(self, delta_ms: int) -> None:
+        """The process's clock jumps by ``delta_ms`` (either way); nothing else moves."""
+        self.offset_ms += delta_ms
+
+    def close(self) -> None:
+        """Nothing: the timers are the shared clock's, which its owner closes."""

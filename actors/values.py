@@ -129,6 +129,7 @@ class Swept:
     moved: int
     next_ms: int | None
     next_in_ms: int | None
+    now_ms: int | None = None  # the time the scripts judged by (the latest shard's)
 
 
 @dataclass(frozen=True, slots=True)

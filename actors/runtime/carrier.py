@@ -55,6 +55,9 @@ class Carrier(RedelayActor):
         self.notifier = notifier
         self.redis_full = False
         self._memory_checked_ms: int | None = None
+        # How far the scripts' clock (Redis's) was ahead of this one at the last carry: a wake
+        # names a due time on Redis's clock, which this turns into one on the local clock.
+        self.server_ahead_ms = 0
         self._full_logged_ms: int | None = None
 
     def started(self) -> None:
@@ -93,6 +96,9 @@ class Carrier(RedelayActor):
         try:
             self._check_memory()
             for _ in range(_ROUNDS_PER_MESSAGE):
+                # Read before the call: a sleep measured from it ends when the next carry
+                # reaches Redis at the due time, never a round trip late.
+                before = self.clock.now_ms()
                 swept = self.store.carry_swept(self.batch)
                 self.carries += 1
                 self.carried += swept.moved
@@ -110,8 +116,10 @@ class Carrier(RedelayActor):
         self.backoff.redis_ok()
         # For as long as the server's clock says is left, not until the due time by this
         # process's clock: one that is off would wake early and find nothing, or oversleep.
+        if swept.now_ms is not None:
+            self.server_ahead_ms = swept.now_ms - before
         next_in = swept.next_in_ms
-        self._sleep_until(None if next_in is None else self.clock.now_ms() + max(0, next_in))
+        self._sleep_until(None if next_in is None else before + max(0, next_in))
 
     def _check_memory(self, every_ms: int = c.REDIS_FULL_CHECK_MS) -> None:
         """At most every ``every_ms``: is Redis full? Then trim the audit streams (the history
@@ -156,6 +164,7 @@ class Carrier(RedelayActor):
             log.warning("carrier: tending the schedules failed (%s)", exc)
 
     def _wake(self, due_ms: int) -> None:
+        due_ms -= self.server_ahead_ms  # on the local clock, as the timer is
         if due_ms <= self.clock.now_ms():
             self.reasons["wake"] += 1
             self._carry()

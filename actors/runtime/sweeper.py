@@ -99,9 +99,9 @@ class RetrySweeper(RedelayActor):
                 self.actor_ref.tell(Sweep())  # a backlog: come back at once, after other messages
                 return
             self.backoff.redis_ok()
-            # Timed by the server's clock (see the carrier): a deadline is judged by it.
+            # Timed by the server's clock from a reading before the call (see the carrier).
             if swept.next_in_ms is not None:
-                next_at = min(next_at, self.clock.now_ms() + max(0, swept.next_in_ms))
+                next_at = min(next_at, now + max(0, swept.next_in_ms))
         except redis.RedisError as exc:
             wait_ms = self.backoff.redis_failed(exc, "sweep")
             next_at = now + wait_ms

@@ -82,8 +82,11 @@ class ShardPlan:
 
     def _now(self) -> CallTime:
         """The clock, read once for every shard's call of one operation."""
-        now_ms = self.clock.now_ms()
-        follow = self.clock.drives_scripts
+        # A clock the scripts follow gives its time; any other is only this process's estimate
+        # of the server's, which the scripts read themselves.
+        script_now = self.clock.scripts_now_ms()
+        follow = script_now is not None
+        now_ms = self.clock.now_ms() if script_now is None else script_now
         if self.redis_full:  # history goes before jobs: every transition trims it short
             return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP), follow)
         kind, threshold = self.retention.args(now_ms)

@@ -436,7 +436,7 @@ class Store(ShardPlan):
             # that may end early (the next carry then finds nothing and measures again), never
             # late.
             next_in = None if next_at is None or latest_now is None else next_at - latest_now
-        return Swept(moved, next_at, next_in)
+        return Swept(moved, next_at, next_in, latest_now)
 
     def expire(
         self, limit: int = c.DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
@@ -467,16 +467,18 @@ class Store(ShardPlan):
         at = self._now()
         replies = self._run({s: build(k, at, limit) for s, k in enumerate(self.shard_keys)})
         moved, next_at, next_in = 0, None, None
+        latest_now = None
         for reply in replies.values():
             if outcomes is not None:
                 outcomes.update(calls.expire_outcomes(reply))
             count, next_ms, now_ms = calls.count_and_next(reply)
+            latest_now = now_ms if latest_now is None else max(latest_now, now_ms)
             moved += count
             if next_ms is not None and (next_at is None or next_ms < next_at):
                 next_at = next_ms
             if next_ms is not None and (next_in is None or next_ms - now_ms < next_in):
                 next_in = next_ms - now_ms
-        return Swept(moved, next_at, next_in)
+        return Swept(moved, next_at, next_in, latest_now)
 
     def lease(self, topic: str, limit: int, consumer: str = "") -> list[Lease]:
         """Leases up to ``limit`` ready jobs of ``topic``: ``lease_batch`` without the wait."""

@@ -21,6 +21,7 @@ from actors.clock import (
     Clock,
     FakeClock,
     RedisSyncedClock,
+    SteppedClock,
     SystemClock,
     TimeSample,
     best_offset,
@@ -100,6 +101,18 @@ def test_jump_moves_time_without_running_timers_and_never_backwards_with_advance
     assert clock.now_ms() == -3_000
     with pytest.raises(ValueError, match="backwards"):
         clock.advance(-1)
+
+
+def test_a_stepped_clock_is_its_own_but_the_scripts_follow_the_shared_one() -> None:
+    shared = FakeClock(start_ms=10_000)
+    own = SteppedClock(shared, offset_ms=500)
+    seen: list[tuple[str, int]] = []
+    own.call_at(11_500, recorder(shared, seen, "own"))  # 1 s from now, on its own clock
+    own.step(-2_000)  # a timer already set keeps its moment, as on the monotonic clock
+    assert own.now_ms() == 8_500 and own.scripts_now_ms() == shared.scripts_now_ms() == 10_000
+    shared.advance(1_000)
+    assert seen == [("own", 11_000)]
+    assert SystemClock().scripts_now_ms() is None  # the scripts read TIME
 
 
 def test_close_drops_pending_fake_timers() -> None:

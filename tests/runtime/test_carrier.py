@@ -14,7 +14,7 @@ from _actor_support import ready_ids, stats
 from _wait import wait_until
 
 from actors import DelayQueue
-from actors.clock import FakeClock
+from actors.clock import Clock, FakeClock, SteppedClock
 from actors.runtime.carrier import Carrier
 from actors.runtime.messages import Carry
 from actors.runtime.notifier import ShardNotifier
@@ -30,7 +30,7 @@ def start_carrier(
 ) -> Callable[..., pykka.ActorRef[Carrier]]:
     """Starts a carrier with its process's notifier, and waits for its carry at start."""
 
-    def start(store: Store, clock: FakeClock, **kwargs: Any) -> pykka.ActorRef[Carrier]:
+    def start(store: Store, clock: Clock, **kwargs: Any) -> pykka.ActorRef[Carrier]:
         ref = Carrier.start(store, clock, notifier=notifiers(store), **kwargs)
         wait_until(lambda: stats(ref)["carries"] >= 1, "the carry at start")
         return ref
@@ -74,6 +74,32 @@ def test_an_earlier_add_shortens_the_sleep_and_a_later_one_does_not(
     fake_clock.advance(500)
     wait_until(lambda: ready_ids(store) == ["near"], "the earlier job carried on time")
     wait_until(lambda: stats(carrier)["next_ms"] == start + 700, "the sleep until the next one")
+
+
+@pytest.mark.parametrize("offset_ms", [30_000, -30_000], ids=["ahead", "behind"])
+def test_a_carrier_whose_clock_is_off_carries_by_the_scripts_clock(
+    store: Store, fake_clock: FakeClock, start_carrier: StartCarrier, offset_ms: int
+) -> None:
+    # The store's scripts follow the shared clock (Redis's TIME, in production); the carrier's
+    # own clock is 30 s off it. Its sleeps, by timer and by wake, still end at the due times.
+    start = fake_clock.now_ms()
+    store.add(store.new_job("t", "first", delay_ms=1_000))
+    own = SteppedClock(fake_clock, offset_ms)
+    carrier = start_carrier(store, own)
+    assert stats(carrier)["next_ms"] == start + offset_ms + 1_000  # on its own clock
+    store.add(store.new_job("t", "woken", delay_ms=500))  # earlier: through the wake channel
+    wait_until(
+        lambda: stats(carrier)["next_ms"] == start + offset_ms + 500, "the wake, on its clock"
+    )
+    fake_clock.advance(499)
+    assert ready_ids(store) == []
+    fake_clock.advance(1)
+    wait_until(lambda: ready_ids(store) == ["woken"], "the woken job carried at its due time")
+    wait_until(lambda: stats(carrier)["next_ms"] == start + offset_ms + 1_000, "the next sleep")
+    fake_clock.advance(499)
+    assert ready_ids(store) == ["woken"]
+    fake_clock.advance(1)
+    wait_until(lambda: ready_ids(store) == ["woken", "first"], "the first job at its due time")
 
 
 def test_a_producer_only_process_wakes_the_carrier_through_the_wake_channel(

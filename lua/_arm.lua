@@ -30,9 +30,11 @@ local function arm_next(k, name, schedule, after_ms, wake_channel)
     at = tonumber(at)
     local member = occurrence_member(spec['t'], name, at)
     if rcall('HEXISTS', k.jobs, member) == 0 then
-      rcall('HSET', k.jobs, member, cmsgpack.pack({b = spec['b'], d = at, a = 0, n = now_ms, s = name}))
+      local record = {[FIELD_BODY] = spec['b'], [FIELD_DUE] = at, [FIELD_ATTEMPTS] = 0,
+                      [FIELD_CREATED] = now_ms, [FIELD_SCHEDULE] = name}
+      rcall('HSET', k.jobs, member, cmsgpack.pack(record))
       local state = place(k.delayed, k.counts, member, at, wake_channel, false)
-      audit(k.audit, 'added', member, 1, {'due', at, 'to', state, 'schedule', name})
+      audit(k.audit, EVENT_ADDED, member, 1, {'due', at, 'to', state, 'schedule', name})
     end
     schedule['p'] = member
   end
@@ -45,7 +47,7 @@ end
 -- or its schedule is gone), and whether to drop the occurrence (misfire "skip", later than the
 -- grace). The caller moves or drops it, then calls occurrence_moved_on.
 local function pending_occurrence(k, member, record, due_ms)
-  local schedule = load_schedule(k.schedules, record['s'])
+  local schedule = load_schedule(k.schedules, record[FIELD_SCHEDULE])
   if not schedule or schedule['p'] ~= member then return nil, false end
   local spec = cmsgpack.unpack(schedule['spec'])
   return schedule, spec['m'] == 'skip' and now_ms - due_ms > MISFIRE_GRACE_MS

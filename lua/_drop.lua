@@ -9,10 +9,10 @@ local function drop_delayed(k, member, why, taken)
   local record = taken
   if not record then
     record = load_record(k.jobs, member)
-    if not (record and delayed_remove(k.delayed, member, tonumber(record['d']))) then return end
+    if not (record and delayed_remove(k.delayed, member, tonumber(record[FIELD_DUE]))) then return end
   end
   keep_added_entry(member, record)  -- a job add-6 made under this name
   rcall('HDEL', k.jobs, member)
-  count(k.counts, member, 'delayed', -1)
-  audit(k.audit, 'cancelled', member, 1, {'why', why, 'from', 'delayed'})
+  count(k.counts, member, STATE_DELAYED, -1)
+  audit(k.audit, EVENT_CANCELLED, member, 1, {'why', why, 'from', STATE_DELAYED})
 end

@@ -44,7 +44,7 @@ local function record_with_due(blob, due_ms)
     return string.sub(blob, 1, 4) .. bytes .. string.sub(blob, 13)
   end
   local record = cmsgpack.unpack(blob)
-  record['d'] = due_ms
+  record[FIELD_DUE] = due_ms
   return cmsgpack.pack(record)
 end
 

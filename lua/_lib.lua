@@ -15,6 +15,9 @@
 --           key has arrived, and a key built in the script would be created there anew (the
 --           migration's MIGRATE of the old one then fails with BUSYKEY).
 -- A job is a member string "<topic>|<id>"; topics never contain "|", so the first "|" splits it.
+-- States, events, error codes and job record fields are written STATE_LEASED, EVENT_ACKED,
+-- CODE_STALE_TOKEN, FIELD_DUE...: the loader puts in the values of the Python tables
+-- (actors/lifecycle.py, actors/errors.py, actors/storage/codec.py), see actors/storage/scripts.py.
 -- Key names the scripts build from the prefix, defined once in actors/_constants.py:
 -- @constant READY_KEY_PREFIX
 -- @constant READY_CHANNEL
@@ -323,7 +326,7 @@ end
 
 -- Before a job's record is deleted or replaced: the id its record kept goes to the index.
 local function keep_added_entry(member, record)
-  local entry_id = record and record['h']
+  local entry_id = record and record[FIELD_HISTORY]
   if entry_id then index_id(member, entry_id) end
 end
 
@@ -336,5 +339,5 @@ local function topic_config(topics_key, topic)
 end
 
 local function attempts_failed(record)
-  return tonumber(record['a'] or 0)
+  return tonumber(record[FIELD_ATTEMPTS] or 0)
 end

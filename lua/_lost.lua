@@ -20,41 +20,41 @@ local function end_lost_lease(k, member, record, nth, wake_channel)
   local topic = split_member(member)
   rcall('ZREM', k.leased, member)
   rcall('HDEL', k.tokens, member)
-  count(k.counts, member, 'leased', -1)
+  count(k.counts, member, STATE_LEASED, -1)
   -- A suspect's record names the consumer it was leased to (`u`), whose mark goes with it.
-  local holder = record['u']
+  local holder = record[FIELD_SUSPECT]
   local as_suspect = type(holder) == 'string'
   if as_suspect then rcall('HDEL', prefix .. GATES_KEY, holder .. SUSPECT_FIELD_SUFFIX) end
-  if record['x'] then
+  if record[FIELD_CANCEL] then
     keep_added_entry(member, record)
     rcall('HDEL', k.jobs, member)
-    audit(k.audit, 'cancelled', member, attempt, {'why', 'lease-expired', 'from', 'leased'})
-    return 'cancelled', 'cancelled'
+    audit(k.audit, EVENT_CANCELLED, member, attempt, {'why', 'lease-expired', 'from', STATE_LEASED})
+    return STATE_CANCELLED, EVENT_CANCELLED
   end
   local config = topic_config(k.topics, topic)
-  local lost = tonumber(record['o'] or 0)
+  local lost = tonumber(record[FIELD_LOST] or 0)
   if as_suspect then lost = lost + 1 end
-  if lost > 0 then record['o'] = lost end
+  if lost > 0 then record[FIELD_LOST] = lost end
   if as_suspect and lost >= tonumber(config['o'] or DEFAULT_LOST_MAX) then
-    record['u'] = nil
-    record['q'] = 1
+    record[FIELD_SUSPECT] = nil
+    record[FIELD_QUARANTINED] = 1
     save_record(k.jobs, member, record)
     rcall('ZADD', k.dead, now_ms, member)
-    count(k.counts, member, 'dead', 1)
-    audit(k.audit, 'quarantined', member, attempt, {'why', 'lost', 'lost', lost})
-    return 'dead', 'quarantined'
+    count(k.counts, member, STATE_DEAD, 1)
+    audit(k.audit, EVENT_QUARANTINED, member, attempt, {'why', 'lost', 'lost', lost})
+    return STATE_DEAD, EVENT_QUARANTINED
   end
-  record['u'] = 1
+  record[FIELD_SUSPECT] = 1
   -- The delay the schedule gives after this attempt (its last one past the end), as a failure
   -- would wait: a job that kills its worker is not run again at once.
-  local schedule = record['r'] or config['r'] or {}
+  local schedule = record[FIELD_RETRY] or config['r'] or {}
   local delay_ms = 0
   if #schedule > 0 then delay_ms = tonumber(schedule[math.min(attempt, #schedule)]) end
   local due_ms = now_ms + delay_ms + ((nth - 1) % 100) * LOST_SPREAD_MS
-  record['d'] = due_ms
+  record[FIELD_DUE] = due_ms
   save_record(k.jobs, member, record)
   local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
-  audit(k.audit, 'lost', member, attempt, {'due', due_ms, 'why', 'lease-expired', 'to', state,
+  audit(k.audit, EVENT_LOST, member, attempt, {'due', due_ms, 'why', 'lease-expired', 'to', state,
                                            'lost', lost, 'counted', as_suspect and 1 or 0})
-  return state, 'lost'
+  return state, EVENT_LOST
 end

@@ -15,14 +15,14 @@ local function place(delayed_key, counts_key, member, due_ms, wake_channel, fron
       length = rcall('RPUSH', ready_key(topic), member)
     end
     if length == 1 then ready_notice(topic) end
-    count(counts_key, member, 'ready', 1)
-    return 'ready'
+    count(counts_key, member, STATE_READY, 1)
+    return STATE_READY
   end
   local earliest, first_bucket = delayed_first_bucket_due(delayed_key)
   delayed_insert(delayed_key, {{due_ms, integer_text(due_ms), member}}, first_bucket)
-  count(counts_key, member, 'delayed', 1)
+  count(counts_key, member, STATE_DELAYED, 1)
   if wake_channel ~= '' and (earliest == nil or due_ms < earliest) then
     rcall('PUBLISH', wake_channel, due_ms)
   end
-  return 'delayed'
+  return STATE_DELAYED
 end

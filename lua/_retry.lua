@@ -15,34 +15,34 @@ local function end_failed_attempt(k, member, record, event, reason, override_ms,
   local topic = split_member(member)
   rcall('ZREM', k.leased, member)
   rcall('HDEL', k.tokens, member)
-  count(k.counts, member, 'leased', -1)
-  if record['x'] then
+  count(k.counts, member, STATE_LEASED, -1)
+  if record[FIELD_CANCEL] then
     keep_added_entry(member, record)
     rcall('HDEL', k.jobs, member)
-    audit(k.audit, 'cancelled', member, attempt, {'why', reason, 'from', 'leased'})
-    return 'cancelled'
+    audit(k.audit, EVENT_CANCELLED, member, attempt, {'why', reason, 'from', STATE_LEASED})
+    return STATE_CANCELLED
   end
-  local schedule = record['r'] or topic_config(k.topics, topic)['r'] or {}
-  record['a'] = attempt
-  record['u'] = nil
+  local schedule = record[FIELD_RETRY] or topic_config(k.topics, topic)['r'] or {}
+  record[FIELD_ATTEMPTS] = attempt
+  record[FIELD_SUSPECT] = nil
   local trace_field = {}
   if trace ~= '' then
-    record['t'] = trace
+    record[FIELD_TRACE] = trace
     trace_field = {'tb', trace}
   else
-    record['t'] = nil
+    record[FIELD_TRACE] = nil
   end
   if attempt > #schedule then
     save_record(k.jobs, member, record)
     rcall('ZADD', k.dead, now_ms, member)
-    count(k.counts, member, 'dead', 1)
-    audit(k.audit, 'dead', member, attempt, {'why', reason, 'via', event, unpack(trace_field)})
-    return 'dead'
+    count(k.counts, member, STATE_DEAD, 1)
+    audit(k.audit, EVENT_DEAD, member, attempt, {'why', reason, 'via', event, unpack(trace_field)})
+    return STATE_DEAD
   end
   local delay_ms = tonumber(schedule[attempt])
   if override_ms >= 0 then delay_ms = override_ms end
   local due_ms = now_ms + delay_ms
-  record['d'] = due_ms
+  record[FIELD_DUE] = due_ms
   save_record(k.jobs, member, record)
   local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
   audit(k.audit, event, member, attempt, {'due', due_ms, 'why', reason, 'to', state,

@@ -4,12 +4,12 @@
 -- @include _lib.lua
 local function check_token(k, member, token, op)
   local current = rcall('HGET', k.tokens, member)
-  if current == token then return 0 end
-  local code = -4
-  if current then code = -3 end
+  if current == token then return CODE_OK end
+  local code = CODE_NOT_LEASED
+  if current then code = CODE_STALE_TOKEN end
   local attempt = 0
   local record = load_record(k.jobs, member)
   if record then attempt = attempts_failed(record) + 1 end
-  audit(k.audit, 'rejected', member, attempt, {'op', op, 'tok', token, 'code', code})
+  audit(k.audit, EVENT_REJECTED, member, attempt, {'op', op, 'tok', token, 'code', code})
   return code
 end

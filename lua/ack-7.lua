@@ -29,19 +29,19 @@ for j = 1, n do
   local current, blob = current_tokens[j], blobs[j]
   if acked[member] then current, blob = false, false end
   local record = blob and cmsgpack.unpack(blob) or nil
-  local code = 0
+  local code = CODE_OK
   if current ~= token then
     -- What check_token (_token.lua) does, from the values read above.
-    code = -4
-    if current then code = -3 end
+    code = CODE_NOT_LEASED
+    if current then code = CODE_STALE_TOKEN end
     local attempt = 0
     if record then attempt = attempts_failed(record) + 1 end
-    audit(k.audit, 'rejected', member, attempt, {'op', 'ack', 'tok', token, 'code', code})
+    audit(k.audit, EVENT_REJECTED, member, attempt, {'op', 'ack', 'tok', token, 'code', code})
   else
     record = record or {}  -- a token without a record is drift; end the job all the same
     local used = 2
     fields[2] = token
-    if record['x'] then
+    if record[FIELD_CANCEL] then
       -- '1' is what redis.call makes of the number 1, without formatting it each time.
       fields[used + 1], fields[used + 2] = 'cancelled', '1'
       used = used + 2
@@ -55,7 +55,7 @@ for j = 1, n do
     local topic = split_member(member)
     leased_by_topic[topic] = (leased_by_topic[topic] or 0) - 1
     keep_added_entry(member, record)
-    audit(k.audit, 'acked', member, attempts_failed(record) + 1, fields, used)
+    audit(k.audit, EVENT_ACKED, member, attempts_failed(record) + 1, fields, used)
   end
   result[j] = code
 end

@@ -31,7 +31,7 @@ local n = tonumber(ARGV[6])
 
 -- One HMGET per slice of 1000 members rather than one HEXISTS per job: a command per job costs
 -- more than the check itself. A new job's field is missing (false), so nothing is copied for it.
-local existing, resent = {-2}, 0
+local existing, resent = {CODE_EXISTS}, 0
 for first = 0, n - 1, 1000 do
   local last = math.min(first + 999, n - 1)
   local members = {}
@@ -48,7 +48,7 @@ for first = 0, n - 1, 1000 do
 end
 -- Only the whole call counts as a resend: one job missing or changed (acked, failed since) makes
 -- it a new add of existing jobs, refused as usual, so nothing runs twice.
-if resent == n then return {0} end
+if resent == n then return {CODE_OK} end
 if #existing > 1 then return existing end
 
 local earliest, first_bucket = delayed_first_bucket_due(k.delayed)
@@ -62,17 +62,17 @@ for j = 0, n - 1 do
   if delayed_by then sent = record_with_due(sent, due_ms) end
   local topic = split_member(member)
   if not counts[topic] then
-    counts[topic] = {ready = 0, delayed = 0}
+    counts[topic] = {[STATE_READY] = 0, [STATE_DELAYED] = 0}
     ready_by_topic[topic] = {}
     rcall('HSETNX', k.topics, topic, ARGV[base + 3])
   end
   local state
   if due_ms <= now_ms then
-    state = 'ready'
+    state = STATE_READY
     local list = ready_by_topic[topic]
     list[#list + 1] = member
   else
-    state = 'delayed'
+    state = STATE_DELAYED
     -- The due time as text: a Lua number would be formatted back to text (%.17g) per job.
     delayed[#delayed + 1] = {due_ms, due_text, member}
     if min_new_due == nil or due_ms < min_new_due then min_new_due = due_ms end
@@ -80,7 +80,7 @@ for j = 0, n - 1 do
   counts[topic][state] = counts[topic][state] + 1
   -- The due time as text, so Redis need not turn a Lua number back into text. The entry's id
   -- goes into the record, not the index (record_with_entry in _lib.lua).
-  local entry_id = audit(k.audit, 'added', member, 1, {'due', due_text, 'to', state}, nil, true)
+  local entry_id = audit(k.audit, EVENT_ADDED, member, 1, {'due', due_text, 'to', state}, nil, true)
   local record = record_with_entry(sent, entry_id)
   if not record then
     record = sent
@@ -108,4 +108,4 @@ if wake_channel ~= '' and min_new_due ~= nil
   rcall('PUBLISH', wake_channel, min_new_due)
 end
 flush_history_index()
-return {0}
+return {CODE_OK}

@@ -18,17 +18,17 @@ local member = ARGV[5]
 local record = load_record(k.jobs, member)
 if not record then return 0 end
 local attempt = attempts_failed(record) + 1
-if job_state(k, member, record) == 'leased' then
-  if not record['x'] then
-    record['x'] = 1
+if job_state(k, member, record) == STATE_LEASED then
+  if not record[FIELD_CANCEL] then
+    record[FIELD_CANCEL] = 1
     save_record(k.jobs, member, record)
-    audit(k.audit, 'cancel_requested', member, attempt, {})
+    audit(k.audit, EVENT_CANCEL_REQUESTED, member, attempt, {})
   end
   return 2
 end
 local was = unlink(k, member, record)
 keep_added_entry(member, record)
 rcall('HDEL', k.jobs, member)
-audit(k.audit, 'cancelled', member, attempt, {'from', was})
+audit(k.audit, EVENT_CANCELLED, member, attempt, {'from', was})
 rotate_history_index()
 return 1

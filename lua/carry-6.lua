@@ -43,7 +43,7 @@ for j = 1, #due, 2 do
   local blob = blobs[(j + 1) / 2]
   local record = blob and cmsgpack.unpack(blob) or nil
   local schedule, drop = nil, false
-  if record and record['s'] then
+  if record and record[FIELD_SCHEDULE] then
     schedule, drop = pending_occurrence(k, member, record, due_ms)
   end
   if drop then
@@ -57,11 +57,11 @@ for j = 1, #due, 2 do
     end
     list[#list + 1] = member
     moved[#moved + 1] = member
-    audit(k.audit, 'ready', member, attempts_failed(record) + 1, {'due', due[j + 1]})
+    audit(k.audit, EVENT_READY, member, attempts_failed(record) + 1, {'due', due[j + 1]})
   end
   -- After the current occurrence's event, so the stream never shows two pending at once.
-  if schedule and occurrence_moved_on(k, record['s'], schedule, due_ms, wake_channel) then
-    low[#low + 1] = record['s']
+  if schedule and occurrence_moved_on(k, record[FIELD_SCHEDULE], schedule, due_ms, wake_channel) then
+    low[#low + 1] = record[FIELD_SCHEDULE]
   end
 end
 if #moved > 0 then

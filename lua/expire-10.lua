@@ -39,7 +39,7 @@ for nth, member in ipairs(members) do
     -- No event: no job is left to have one (`redelay verify` shows it as drift).
     rcall('ZREM', k.leased, member)
     rcall('HDEL', k.tokens, member)
-    count(k.counts, member, 'leased', -1)
+    count(k.counts, member, STATE_LEASED, -1)
   end
 end
 local earliest = rcall('ZRANGE', k.leased, '0', '0', 'WITHSCORES')

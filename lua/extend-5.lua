@@ -16,10 +16,10 @@ for j = 0, n - 1 do
   local member, token = ARGV[6 + j * 3], ARGV[7 + j * 3]
   local deadline = now_ms + tonumber(ARGV[8 + j * 3])
   local code = check_token(k, member, token, 'extend')
-  if code == 0 then
+  if code == CODE_OK then
     rcall('ZADD', k.leased, 'XX', deadline, member)
     local record = load_record(k.jobs, member)
-    audit(k.audit, 'extended', member, attempts_failed(record) + 1, {'tok', token, 'dl', deadline})
+    audit(k.audit, EVENT_EXTENDED, member, attempts_failed(record) + 1, {'tok', token, 'dl', deadline})
     result[#result + 1] = deadline
   else
     result[#result + 1] = code

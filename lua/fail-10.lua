@@ -28,9 +28,9 @@ for j = 0, n - 1 do
   local override_ms = tonumber(ARGV[base + 3])
   local trace = ARGV[base + 4]
   local code = check_token(k, member, token, 'fail')
-  if code == 0 then
+  if code == CODE_OK then
     local record = load_record(k.jobs, member)
-    result[#result + 1] = end_failed_attempt(k, member, record, 'failed', reason, override_ms,
+    result[#result + 1] = end_failed_attempt(k, member, record, EVENT_FAILED, reason, override_ms,
                                              wake_channel, trace)
   else
     result[#result + 1] = code

@@ -19,7 +19,7 @@ local function take(entry_id)
   end
 end
 local record = load_record(k.jobs, member)
-if record and record['h'] then take(record['h']) end
+if record and record[FIELD_HISTORY] then take(record[FIELD_HISTORY]) end
 for _, index in ipairs({k.previous, k.history}) do
   local found = rcall('HGET', index, member)
   if found then

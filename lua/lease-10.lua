@@ -92,7 +92,7 @@ for j, member in ipairs(members) do
   if j >= kept_from then break end
   local blob = records[j]
   local record = blob and cmsgpack.unpack(blob)
-  local suspect = record and record['u']
+  local suspect = record and record[FIELD_SUSPECT]
   if suspect then
     if leased > 0 then
       kept_from, record = j, nil
@@ -104,7 +104,7 @@ for j, member in ipairs(members) do
   -- the rest of the popped batch from every structure, so skip it (`redelay verify` shows the
   -- job as drift: the audit stream says ready, Redis has nothing).
   if record then
-    local lease_ms = record['l'] or topic_lease_ms
+    local lease_ms = record[FIELD_LEASE] or topic_lease_ms
     if lease_ms ~= last_lease_ms then
       last_lease_ms = lease_ms
       deadline = now_ms + tonumber(lease_ms)
@@ -117,12 +117,12 @@ for j, member in ipairs(members) do
     deadline_args[2 * leased + 1], deadline_args[2 * leased + 2] = deadline_text, member
     leased = leased + 1
     if suspect then
-      record['u'] = consumer
+      record[FIELD_SUSPECT] = consumer
       save_record(k.jobs, member, record)
       rcall('HSET', k.gates, mark_field, member .. ' ' .. token)
     end
     fields[2], fields[4] = token, deadline_text
-    audit(k.audit, 'leased', member, attempts_failed(record) + 1, fields, 6)
+    audit(k.audit, EVENT_LEASED, member, attempts_failed(record) + 1, fields, 6)
     result[r + 1], result[r + 2], result[r + 3], result[r + 4] =
       member, token, deadline, blob
     r = r + 4

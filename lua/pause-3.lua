@@ -14,10 +14,10 @@ local topic, pause = ARGV[5], ARGV[6] == '1'
 local field = topic .. '|paused'
 if pause then
   if rcall('HSETNX', k.gates, field, '1') == 0 then return 0 end
-  audit(k.audit, 'paused', topic .. '|', 0, {})
+  audit(k.audit, EVENT_PAUSED, topic .. '|', 0, {})
   return 1
 end
 if rcall('HDEL', k.gates, field) == 0 then return 0 end
-audit(k.audit, 'resumed', topic .. '|', 0, {})
+audit(k.audit, EVENT_RESUMED, topic .. '|', 0, {})
 ready_notice(topic)
 return 1

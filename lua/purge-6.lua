@@ -17,8 +17,8 @@ for j = 1, n do
     local record = load_record(k.jobs, member)
     keep_added_entry(member, record)
     rcall('HDEL', k.jobs, member)
-    count(k.counts, member, 'dead', -1)
-    audit(k.audit, 'purged', member, attempts_failed(record), {})
+    count(k.counts, member, STATE_DEAD, -1)
+    audit(k.audit, EVENT_PURGED, member, attempts_failed(record), {})
     result[#result + 1] = 1
   else
     result[#result + 1] = 0

@@ -18,22 +18,22 @@ local result = {}
 for j = 0, n - 1 do
   local member, token = ARGV[6 + j * 2], ARGV[7 + j * 2]
   local code = check_token(k, member, token, 'release')
-  if code == 0 then
+  if code == CODE_OK then
     local record = load_record(k.jobs, member)
     local attempt = attempts_failed(record) + 1
     rcall('ZREM', k.leased, member)
     rcall('HDEL', k.tokens, member)
-    count(k.counts, member, 'leased', -1)
-    if record['x'] then
+    count(k.counts, member, STATE_LEASED, -1)
+    if record[FIELD_CANCEL] then
       keep_added_entry(member, record)
       rcall('HDEL', k.jobs, member)
-      audit(k.audit, 'cancelled', member, attempt, {'why', 'released', 'from', 'leased'})
+      audit(k.audit, EVENT_CANCELLED, member, attempt, {'why', 'released', 'from', STATE_LEASED})
       code = 1
     else
       local topic = split_member(member)
       if rcall('LPUSH', ready_key(topic), member) == 1 then ready_notice(topic) end
-      count(k.counts, member, 'ready', 1)
-      audit(k.audit, 'released', member, attempt, {'tok', token})
+      count(k.counts, member, STATE_READY, 1)
+      audit(k.audit, EVENT_RELEASED, member, attempt, {'tok', token})
     end
   end
   result[#result + 1] = code

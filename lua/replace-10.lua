@@ -42,11 +42,11 @@ for j = 0, n - 1 do
     rcall('HSET', k.jobs, member, record)
     local state = place(k.delayed, k.counts, member, due_ms, wake_channel, false)
     if was then
-      audit(k.audit, 'replaced', member, 1, {'due', due_text, 'to', state, 'was', was})
+      audit(k.audit, EVENT_REPLACED, member, 1, {'due', due_text, 'to', state, 'was', was})
     else
-      audit(k.audit, 'added', member, 1, {'due', due_text, 'to', state})
+      audit(k.audit, EVENT_ADDED, member, 1, {'due', due_text, 'to', state})
     end
-    result[#result + 1] = was or 'new'
+    result[#result + 1] = was or STATE_NEW
   end
 end
 rotate_history_index()

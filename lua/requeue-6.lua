@@ -16,13 +16,13 @@ for j = 1, n do
   local member = ARGV[5 + j]
   if rcall('ZREM', k.dead, member) == 1 then
     local record = load_record(k.jobs, member)
-    record['a'] = 0
-    record['o'], record['u'], record['q'] = nil, nil, nil
-    record['d'] = now_ms
+    record[FIELD_ATTEMPTS] = 0
+    record[FIELD_LOST], record[FIELD_SUSPECT], record[FIELD_QUARANTINED] = nil, nil, nil
+    record[FIELD_DUE] = now_ms
     save_record(k.jobs, member, record)
-    count(k.counts, member, 'dead', -1)
+    count(k.counts, member, STATE_DEAD, -1)
     place(k.delayed, k.counts, member, now_ms, '', false)
-    audit(k.audit, 'requeued', member, 1, {'due', now_ms})
+    audit(k.audit, EVENT_REQUEUED, member, 1, {'due', now_ms})
     result[#result + 1] = 1
   else
     result[#result + 1] = 0

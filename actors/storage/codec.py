@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 import msgpack
@@ -29,6 +30,28 @@ from actors._constants import DEFAULT_LOST_MAX
 # thread keeps its own (a Packer's buffer is not safe to share).
 # use_bin_type=False: Redis's cmsgpack predates the bin type; the body is UTF-8 JSON anyway.
 _packers = threading.local()
+
+
+class RecordField(StrEnum):
+    """The job record's field names (see the module docstring); the Lua scripts spell them as
+    ``FIELD_<NAME>``, which the loader writes as these values (actors/storage/scripts.py)."""
+
+    BODY = "b"
+    DUE = "d"
+    ATTEMPTS = "a"
+    CREATED = "n"
+    RETRY = "r"
+    LEASE = "l"
+    CALLBACK = "c"
+    CANCEL = "x"
+    TRACE = "t"
+    TRACEPARENT = "p"
+    SCHEDULE = "s"
+    HISTORY = "h"
+    DELAY = "w"
+    LOST = "o"
+    SUSPECT = "u"
+    QUARANTINED = "q"
 
 
 def _packer() -> msgpack.Packer:

@@ -11,6 +11,14 @@ from two kinds of directive line:
   :mod:`actors._constants`, so key names and defaults the scripts share with Python are written
   once, there.
 
+The lifecycle's vocabulary is not declared at all: a name ``STATE_<NAME>``, ``EVENT_<NAME>``,
+``CODE_<NAME>`` or ``FIELD_<NAME>`` in Lua code (not in a comment or a string) is replaced by its
+literal from :class:`~actors.lifecycle.State`, :class:`~actors.lifecycle.Event` (and
+``TopicEvent``), :class:`~actors.errors.ErrorCode` and :class:`~actors.storage.codec.RecordField`
+(``STATE_LEASED`` -> ``'leased'``, ``CODE_NOT_LEASED`` -> ``(-4)``): the script runs what it ran
+when the literal was typed, at no cost per call (a local would be an upvalue in every helper using
+it), and an unknown name is a :class:`ScriptSourceError`.
+
 Then the helper functions the script never uses are left out (:mod:`script_pruning`): Redis runs
 a script's whole top level on every call, each helper's closure included.
 
@@ -36,7 +44,9 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from actors import _constants
-from actors.errors import RedisFullError
+from actors.errors import ErrorCode, RedisFullError
+from actors.lifecycle import Event, State, TopicEvent
+from actors.storage.codec import RecordField
 from actors.storage.held_connections import HeldConnections, holdable
 from actors.storage.script_pruning import HelperSplitError, prune_unused_helpers
 
@@ -45,6 +55,16 @@ _CONSTANT_RE = re.compile(r"^-- @constant (\S+)[ \t]*$", re.MULTILINE)
 _NAME_RE = re.compile(r"^(?P<name>[a-z_]+)-(?P<keys>\d+)\.lua$")
 # Constant strings are key names and the like: kept to characters that need no Lua escaping.
 _PLAIN_STRING_RE = re.compile(r"^[A-Za-z0-9_.:|@-]*$")
+# Lua's comments and strings, matched to be skipped, or a lifecycle name (group "name").
+_LIFECYCLE_TOKEN_RE = re.compile(
+    r"--\[(?P<c>=*)\[.*?\](?P=c)\]"  # long comment
+    r"|--[^\n]*"  # line comment
+    r"|\[(?P<s>=*)\[.*?\](?P=s)\]"  # long string
+    r"|'(?:\\.|[^'\\\n])*'"
+    r'|"(?:\\.|[^"\\\n])*"'
+    r"|(?<![\w.])(?P<name>(?:STATE|EVENT|CODE|FIELD)_\w+)",
+    re.DOTALL,
+)
 
 
 # The scripts that move or remove jobs and run when Redis is full; adds and replaces are refused.
@@ -103,6 +123,32 @@ def lua_constant(name: str) -> str:
     return f"local {name} = {value}"
 
 
+@cache
+def lifecycle_literals() -> dict[str, str]:
+    """Each lifecycle name the scripts may use (see the module docstring) -> its Lua literal."""
+    literals = {f"STATE_{state.name}": f"'{state.value}'" for state in State}
+    literals |= {f"EVENT_{event.name}": f"'{event.value}'" for event in (*Event, *TopicEvent)}
+    literals |= {f"CODE_{code.name}": str(code.value) for code in ErrorCode if code.value >= 0}
+    literals |= {f"CODE_{code.name}": f"({code.value})" for code in ErrorCode if code.value < 0}
+    literals |= {f"FIELD_{field.name}": f"'{field.value}'" for field in RecordField}
+    return literals
+
+
+def write_lifecycle_literals(source: str) -> str:
+    """``source`` with its lifecycle names replaced by their literals."""
+    literals = lifecycle_literals()
+
+    def literal(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name is None:
+            return match[0]
+        if name not in literals:
+            raise ScriptSourceError(f"{name} names no state, event, error code or record field")
+        return literals[name]
+
+    return _LIFECYCLE_TOKEN_RE.sub(literal, source)
+
+
 def expand(directory: Path, name: str) -> str:
     """The file ``name`` of ``directory``, its directives replaced (see the module docstring)."""
     pasted: set[str] = set()
@@ -136,7 +182,7 @@ def load_sources(directory: Path) -> dict[str, tuple[int, str]]:
         if match is None:
             continue  # helpers such as _lib.lua are only included
         try:
-            source = prune_unused_helpers(expand(directory, path.name))
+            source = prune_unused_helpers(write_lifecycle_literals(expand(directory, path.name)))
         except HelperSplitError as exc:
             raise ScriptSourceError(f"{path.name}: {exc}") from exc
         if match["name"] in MEMORY_FLAGS:

@@ -11,9 +11,11 @@ show as a second job, not hide inside the first.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -51,9 +53,11 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def relay_child(db_url: str, redis_url: str, crash_at: str) -> subprocess.CompletedProcess[str]:
+def relay_child(
+    db_url: str, redis_url: str, crash_at: str, *, batch: int = 7
+) -> subprocess.CompletedProcess[str]:
     command = [
-        sys.executable, "-m", "actors.cli", "outbox", "relay", "--once", "--batch", "7",
+        sys.executable, "-m", "actors.cli", "outbox", "relay", "--once", "--batch", str(batch),
         "--db", db_url, "--redis", redis_url, "--namespace", "test",
     ]  # fmt: skip
     env = child_env() | {CRASH_ENV: crash_at}
@@ -116,3 +120,48 @@ def test_the_crash_points_are_reached(db_url: str, store: Store, redis_server: o
     """Without rows no pass runs, so no crash point is reached: the child exits normally."""
     result = relay_child(db_url, redis_server.url, "after_read")  # type: ignore[attr-defined]
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_seeded_mix_of_adds_and_cancels_ends_as_committed_despite_a_relay_crash(
+    db_url: str, engine: sa.Engine, store: Store, redis_server: Any, seed: int
+) -> None:
+    """Transactions of adds and cancels over a few ids, a quarter rolled back; a relay killed at
+    a point and batch size the seed picks; then a relay that finishes: the jobs in Redis are
+    those whose last committed write was an add."""
+    rng = random.Random(seed)
+    ids = [f"s-{n}" for n in range(10)]
+    alive: dict[str, bool] = {}  # what the committed writes, in commit order, leave
+
+    def transactions() -> None:
+        for _ in range(rng.randint(4, 8)):
+            writes = [(rng.choice(("add", "add", "cancel")), rng.choice(ids)) for _ in range(3)]
+            commit = rng.random() < 0.75
+            with Session(engine) as session:
+                session.begin()
+                for kind, job_id in writes:
+                    if kind == "add":
+                        outbox.add(session, "orders", job_id, delay=3_600)
+                    else:
+                        outbox.cancel(session, "orders", job_id)
+                if commit:
+                    session.commit()
+                else:
+                    session.rollback()
+            if commit:
+                for kind, job_id in writes:
+                    alive[job_id] = kind == "add"
+
+    # Relayed between phases, so later cancels and adds meet jobs already in Redis.
+    transactions()
+    Relay(engine, store).drain()
+    transactions()
+    crash_at, batch = rng.choice(CRASH_POINTS), rng.choice((1, 3, 7))
+    crashed = relay_child(db_url, redis_server.url, crash_at, batch=batch)
+    assert crashed.returncode == 77, f"seed {seed}: {crashed.stderr}"
+    transactions()
+    Relay(engine, store).drain()
+    present = {job_id for job_id in ids if store.get("orders", job_id) is not None}
+    expected = {job_id for job_id, exists in alive.items() if exists}
+    assert present == expected, f"seed {seed}: crash {crash_at}, batch {batch}"
+    assert status(engine).depth == 0

@@ -49,7 +49,7 @@ class AsyncHeldConnection(Protocol):
 
     @property
     def is_connected(self) -> bool: ...
-    def send_packed_command(self, command: bytes) -> Awaitable[None]: ...
+    def send_packed_command(self, command: bytes, check_health: bool = True) -> Awaitable[None]: ...
     def read_response(self) -> Awaitable[Any]: ...
     # One or the other, by redis-py's version: see _data_waiting.
     def can_read(self) -> Awaitable[bool]: ...
@@ -189,7 +189,9 @@ class AsyncPipelineStream:
         connection = self._live()
         packed = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
         try:
-            await connection.send_packed_command(packed)
+            # No health check (a PING whose PONG it reads) while replies are unread: it would
+            # read one of them instead (see held_connections.PipelineStream.send).
+            await connection.send_packed_command(packed, check_health=not self._unread)
         except BaseException:
             await self._break()
             raise

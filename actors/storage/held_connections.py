@@ -43,7 +43,7 @@ class HeldConnection(Protocol):
     retry: Retry
 
     def connect(self) -> None: ...
-    def send_packed_command(self, command: list[bytes]) -> None: ...
+    def send_packed_command(self, command: list[bytes], check_health: bool = True) -> None: ...
     def read_response(self) -> Any: ...
     def can_read(self) -> bool: ...
     def disconnect(self) -> None: ...
@@ -251,7 +251,9 @@ class PipelineStream:
         try:
             if not self._unread:
                 connection.connect()  # as _send_and_read does; a no-op when connected
-            connection.send_packed_command([packed])
+            # redis-py's health check (a PING on a connection idle past health_check_interval)
+            # reads its PONG: with replies unread it would read one of them instead.
+            connection.send_packed_command([packed], check_health=not self._unread)
         except BaseException:
             self._break()
             raise

@@ -238,3 +238,25 @@ def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(
         await client.aclose()
 
     run(scenario)
+
+
+def test_a_health_check_never_reads_a_reply_meant_for_the_stream(
+    redis_server: RedisProcess,
+) -> None:
+    """As the sync twin's test: a PING before a send, on a connection idle past the interval,
+    must not read the reply of a pipeline sent before (actors/storage/liveness.py sets one)."""
+
+    async def scenario() -> None:
+        client = aredis.Redis.from_url(redis_server.url, health_check_interval=1)
+        held = AsyncHeldConnections(client)
+        stream = await held.stream()
+        await stream.send([("ECHO", "first")])
+        await asyncio.sleep(1.1)  # idle past the interval: the next send would check health
+        await stream.send([("ECHO", "second")])
+        assert await stream.read() == [b"first"]
+        assert await stream.read() == [b"second"]
+        await stream.close()
+        await held.close()
+        await client.aclose()
+
+    run(scenario)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -160,6 +161,25 @@ def test_a_pipeline_stream_reads_each_pipeline_in_the_order_sent(redis_client: r
     assert redis_client.lrange("order", 0, -1) == [b"a", b"b"]
     assert in_use(redis_client) == 1  # held idle, not lost
     held.close()
+
+
+def test_a_health_check_never_reads_a_reply_meant_for_the_stream(
+    redis_server: RedisProcess,
+) -> None:
+    """redis-py PINGs a connection idle past health_check_interval before a send, and reads the
+    PONG: with a pipeline's replies unread that read would take them. Clients made from a URL
+    have a health check (actors/storage/liveness.py)."""
+    client = redis_server.client(health_check_interval=1)
+    held = HeldConnections(client)
+    stream = held.stream()
+    stream.send([("ECHO", "first")])
+    time.sleep(1.1)  # idle past the interval: the next send would check health
+    stream.send([("ECHO", "second")])
+    assert stream.read() == [b"first"]
+    assert stream.read() == [b"second"]
+    stream.close()
+    held.close()
+    client.close()
 
 
 def test_a_stream_closed_with_replies_unread_leaves_no_reply_for_the_next_caller(

@@ -74,6 +74,11 @@ class _Running:
     # When its handler began; None while a prefetched job waits for a thread (no timeout runs).
     started_ms: int | None
     lease_ms: int  # how far each extension pushes the deadline
+    # When to extend, on this process's clock: once half the lease is gone, counted from a local
+    # reading taken when it was leased or last extended. Not its deadline less this clock's
+    # now: the deadline is on Redis's clock, and a clock off it let leases expire under running
+    # handlers (behind) or extended them at every check (ahead).
+    extend_at_ms: int = 0
     task: Task | None = None
     future: Future[Any] | None = None
     timed_out_ms: int | None = None  # when it overran its timeout
@@ -254,7 +259,7 @@ class ConsumerPool(RedelayActor):
         for n, lease in enumerate(leases):
             lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or default_lease_ms)
             span = None if spans is None else spans[n]
-            running = _Running(lease, started_ms, lease_ms, span=span)
+            running = _Running(lease, started_ms, lease_ms, now + _half_left(lease_ms), span=span)
             running_jobs[lease.key] = running
             if self.loop is not None:
                 running.started_ms = now
@@ -685,7 +690,7 @@ class ConsumerPool(RedelayActor):
                 )
                 if running.future is not None:
                     running.future.cancel()
-            elif running.lease.deadline_ms - now <= running.lease_ms // 2:
+            elif now >= running.extend_at_ms:
                 extend.append((key[0], key[1], running.lease.token, running.lease_ms))
         if extend:
             self._extend(extend)
@@ -730,6 +735,7 @@ class ConsumerPool(RedelayActor):
     def _extend(self, extend: list[tuple[str, str, str, int]]) -> None:
         for start in range(0, len(extend), c.BATCH_MAX_JOBS):
             batch = extend[start : start + c.BATCH_MAX_JOBS]
+            before = self.clock.now_ms()  # the new deadline counts from later than this
             try:
                 deadlines = self.store.extend_many(batch)
             except redis.RedisError as exc:
@@ -741,6 +747,7 @@ class ConsumerPool(RedelayActor):
                     continue
                 if deadline > 0:
                     running.lease = replace(running.lease, deadline_ms=deadline)
+                    running.extend_at_ms = before + _half_left(running.lease_ms)
                     self.counts["extended"] += 1
                     self.metrics.jobs("extended", 1)
                 else:
@@ -782,6 +789,11 @@ def _span_outcome(failure: _Failure, result: str | ErrorCode) -> str:
     if result in ("dead", "cancelled"):
         return result
     return "timeout" if failure.timed_out else "retry"
+
+
+def _half_left(lease_ms: int) -> int:
+    """How long after a lease (or an extension) starts only half of it is left."""
+    return lease_ms - lease_ms // 2
 
 
 def _seconds(ms: int) -> str:

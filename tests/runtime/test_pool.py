@@ -17,7 +17,7 @@ from _actor_support import events, stats
 from _reply_cut import ReplyCut
 from _wait import wait_until
 
-from actors.clock import FakeClock
+from actors.clock import Clock, FakeClock, SteppedClock
 from actors.job import Job, Retry
 from actors.runtime._handlers import Outcome
 from actors.runtime.listener import TopicListener
@@ -44,7 +44,7 @@ def leased(store: Store, count: int) -> tuple[Lease, ...]:
 
 
 def start_pool(
-    store: Store, clock: FakeClock, handler: Callable[[Job], Any], **kwargs: Any
+    store: Store, clock: Clock, handler: Callable[[Job], Any], **kwargs: Any
 ) -> pykka.ActorRef[ConsumerPool]:
     options: dict[str, Any] = {"concurrency": 4, "timeout_ms": 10_000, "lease_ms": LEASE_MS}
     options.update(kwargs)
@@ -170,6 +170,27 @@ def test_a_handler_over_its_timeout_is_failed_counted_and_keeps_its_thread(
     wait_until(lambda: stats(pool)["running"] == 0, "the thread returned, its slot freed")
     assert stats(pool)["acked"] == 0
     assert topic.get("t", "j0") == info
+
+
+@pytest.mark.parametrize("offset_ms", [600_000, -600_000], ids=["ahead", "behind"])
+def test_a_pool_whose_clock_is_off_extends_a_lease_once_half_of_it_is_gone(
+    topic: Store, fake_clock: FakeClock, offset_ms: int
+) -> None:
+    # The scripts follow the shared clock (Redis's TIME, in production); the pool's own clock is
+    # ten minutes off it. Behind, it took the deadline for far away and never extended; ahead,
+    # it extended at every check.
+    gate = threading.Event()
+    own = SteppedClock(fake_clock, offset_ms)
+    pool = start_pool(topic, own, lambda job: gate.wait(), timeout_ms=60_000)
+    (lease,) = leased(topic, 1)
+    run(pool, (lease,))
+    advance_and_settle(fake_clock, pool, 5 * LEASE_MS)  # five times the lease
+    info = topic.get("t", "j0")
+    assert info is not None and info.state == "leased" and info.token == lease.token
+    assert topic.expire()[0] == 0
+    assert 8 <= stats(pool)["extended"] <= 10  # once every half lease, not every 100 ms check
+    gate.set()
+    wait_until(lambda: stats(pool)["acked"] == 1, "the ack")
 
 
 def test_a_long_handler_keeps_its_lease(topic: Store, fake_clock: FakeClock) -> None:

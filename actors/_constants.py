@@ -23,9 +23,6 @@ DUE_BUCKET_PREFIX: Final = "due:"
 # bytes a job (docs/redis-layout.md#the-delayed-set).
 DUE_BUCKET_MAX: Final = 64
 DUE_BUCKET_FILL: Final = 48
-# ZSET member -> due time (ms): the delayed set of redelay before the buckets; its jobs are still
-# found there, and carry moves them into buckets (lua/_delayed.lua).
-LEGACY_DELAYED_KEY: Final = "delayed"
 READY_KEY_PREFIX: Final = "ready:"  # LIST per topic: "ready:<topic>", oldest first
 LEASED_KEY: Final = "leased"  # ZSET member -> lease deadline (ms)
 TOKENS_KEY: Final = "tokens"  # HASH member -> lease token; "" its pin (see TOKENS_PIN_BYTES)

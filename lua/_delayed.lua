@@ -19,16 +19,11 @@
 --     first bucket takes anything before all of them, and is renamed).
 -- Why the first bucket's exception: carry takes jobs from the front of the set a few at a time
 -- under steady load, and renaming copies the rest of the bucket (rekey_bucket) on every call.
--- Jobs written by redelay before buckets are in the legacy ZSET <prefix>delayed (member -> due
--- ms). Every function here reads it as well, and carry moves it into buckets a slice per call
--- (delayed_take_due), lowest first, so it drains without a migration step.
 -- @include _lib.lua
 -- @constant DUE_BUCKET_PREFIX
 -- @constant DUE_BUCKET_MAX
 -- @constant DUE_BUCKET_FILL
--- @constant LEGACY_DELAYED_KEY
 
-local legacy_delayed_key = prefix .. LEGACY_DELAYED_KEY
 -- An add walks the index entries its due times span while there are at most this many per job;
 -- past that, it looks up each due time's bucket (put_by_lookup). Counted with
 -- simulations/bench/probes/script_instructions.py (--ids unpadded --add-batch 100 --jobs 30000, a burst due
@@ -427,8 +422,7 @@ local function delayed_insert(index, entries, first_name)
 end
 
 -- The earliest due time in the buckets, or nil when there are none: what add and place compare a
--- new job's due time with, to tell the carriers of an earlier one. Jobs still in the legacy
--- ZSET are left out, which at worst sends a wake no carrier needed. Second: the first bucket's
+-- new job's due time with, to tell the carriers of an earlier one. Second: the first bucket's
 -- name, for delayed_insert.
 local function delayed_first_bucket_due(index)
   local first = rcall('ZRANGE', index, '0', '0', 'WITHSCORES')
@@ -438,19 +432,13 @@ end
 -- The earliest due time in the delayed set (a number), or nil when it is empty.
 local function delayed_earliest(index)
   local first = rcall('ZRANGE', index, '0', '0', 'WITHSCORES')
-  local legacy = rcall('ZRANGE', legacy_delayed_key, '0', '0', 'WITHSCORES')
-  local earliest = first[2] and tonumber(first[2])
-  if legacy[2] and (earliest == nil or tonumber(legacy[2]) < earliest) then
-    earliest = tonumber(legacy[2])
-  end
-  return earliest
+  return first[2] and tonumber(first[2])
 end
 
 -- Whether `member`, whose record says it is due at `due_ms`, is in the delayed set.
 local function delayed_has(index, member, due_ms)
   local name = due_ms and bucket_for(index, integer_text(due_ms), member)
-  if name and rcall('ZSCORE', bucket_key(name), member) then return true end
-  return rcall('ZSCORE', legacy_delayed_key, member) ~= false
+  return name ~= nil and rcall('ZSCORE', bucket_key(name), member) ~= false
 end
 
 -- Removes `member`, whose record says it is due at `due_ms`; returns whether it was delayed.
@@ -466,22 +454,7 @@ local function delayed_remove(index, member, due_ms)
     end
     return true
   end
-  return rcall('ZREM', legacy_delayed_key, member) == 1
-end
-
--- Moves the `limit` earliest entries of the legacy ZSET into buckets. Taken before every carry,
--- so what carry takes next is never later than a legacy entry still waiting: the `limit` entries
--- it takes are at most the `limit` just moved.
-local function drain_legacy(index, limit)
-  local legacy = rcall('ZRANGE', legacy_delayed_key, '0', limit - 1, 'WITHSCORES')
-  if #legacy == 0 then return end
-  local entries = {}
-  for j = 1, #legacy, 2 do
-    entries[#entries + 1] = {tonumber(legacy[j + 1]), legacy[j + 1], legacy[j]}
-  end
-  local _, first_name = delayed_first_bucket_due(index)
-  delayed_insert(index, entries, first_name)
-  rcall('ZREMRANGEBYRANK', legacy_delayed_key, '0', #entries - 1)
+  return false
 end
 
 -- Takes out the entries due at now_ms or earlier, at most `limit`, earliest first (equal due
@@ -489,7 +462,6 @@ end
 -- from is the set's first by then (the ones before it were emptied), so settle_first_bucket
 -- drops or settles it.
 local function delayed_take_due(index, limit)
-  drain_legacy(index, limit)
   local taken = {}
   local buckets = rcall('ZRANGEBYSCORE', index, '-inf', now_ms_text, 'LIMIT', '0', limit)
   for _, name in ipairs(buckets) do
@@ -506,8 +478,7 @@ local function delayed_take_due(index, limit)
   return taken
 end
 
--- Every bucket with its index score and entries, then the legacy ZSET's entries: {{name, score,
--- {member, due, ...}}, ..., {member, due, ...}}. O(jobs): for snapshots, which check the
+-- Every bucket with its index score and entries: {{name, score, {member, due, ...}}, ...}. O(jobs): for snapshots, which check the
 -- invariants above (actors/storage/reads.py).
 local function delayed_layout(index)
   local layout = {}
@@ -516,6 +487,5 @@ local function delayed_layout(index)
     layout[#layout + 1] = {buckets[j], buckets[j + 1],
                            rcall('ZRANGE', bucket_key(buckets[j]), '0', '-1', 'WITHSCORES')}
   end
-  layout[#layout + 1] = rcall('ZRANGE', legacy_delayed_key, '0', '-1', 'WITHSCORES')
   return layout
 end

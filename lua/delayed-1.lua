@@ -2,8 +2,8 @@
 -- transition), for snapshots (actors/storage/reads.py).
 -- KEYS[1] the delayed set's index (see _delayed.lua)
 -- ARGV[1..4] common (see _lib.lua; now_ms and trim are unused)
--- Returns: {{bucket, index score, {member, due ms, ...}}, ..., {member, due ms, ...}}: each bucket
--- in index order, then the entries of the legacy ZSET <prefix>delayed. O(delayed jobs).
+-- Returns: {{bucket, index score, {member, due ms, ...}}, ...}: each bucket in index order.
+-- O(delayed jobs).
 -- Events: none.
 -- Publishes: nothing.
 -- @include _lib.lua

@@ -86,28 +86,6 @@ local function buckets_source(index)
   return source
 end
 
--- Two sources as one, in (score, member) order.
-local function merged_source(a, b)
-  local source = {}
-  local function first()
-    local am, as = a.peek()
-    local bm, bs = b.peek()
-    if not am then return b, bm, bs end
-    if not bm then return a, am, as end
-    local an, bn = tonumber(as), tonumber(bs)
-    if an < bn or (an == bn and not bytes_greater(am, bm)) then return a, am, as end
-    return b, bm, bs
-  end
-  function source.peek()
-    local _, member, score = first()
-    return member, score
-  end
-  function source.take()
-    (first()).take()
-  end
-  return source
-end
-
 local found = {}
 local complete, reached_score, reached_member = 1, '', ''
 
@@ -123,8 +101,7 @@ if kind == 'zset' or kind == 'delayed' then
   if kind == 'zset' then
     source = zset_source(k.where, zset_start(k.where))
   else
-    source = merged_source(buckets_source(k.where),
-                           zset_source(legacy_delayed_key, zset_start(legacy_delayed_key)))
+    source = buckets_source(k.where)
   end
   local taken, examined = 0, 0
   while taken < limit and examined < scan do

@@ -40,10 +40,21 @@ def take_out(client: redis.Redis, keys: ShardKeys, member: str) -> None:
 
 
 def move_due(client: redis.Redis, keys: ShardKeys, member: str, due_ms: int) -> None:
-    """Gives a delayed ``member`` another due time, in its record and in the delayed set (the
-    legacy ZSET, which the scripts read as part of the set, takes it)."""
+    """Gives a delayed ``member`` another due time, before every other delayed job's, in its
+    record and in the delayed set (a bucket of its own, first in the set)."""
     take_out(client, keys, member)
-    client.zadd(keys.legacy_delayed, {member: due_ms})
+    first = client.zrange(keys.delayed, 0, 0, withscores=True)
+    if first:
+        name, score = decoded(first[0][0]), float(first[0][1])
+        assert due_ms < score, f"move_due moves a job before every other: {due_ms} >= {score}"
+        # The first bucket may be named after a job carried since; a bucket after it may not.
+        (first_member,) = client.zrange(keys.due_bucket(name), 0, 0)
+        if decoded(first_member) != name:
+            client.rename(keys.due_bucket(name), keys.due_bucket(decoded(first_member)))
+            client.zrem(keys.delayed, name)
+            client.zadd(keys.delayed, {decoded(first_member): score})
+    client.zadd(keys.due_bucket(member), {member: due_ms})
+    client.zadd(keys.delayed, {member: due_ms})
     blob: Any = client.hget(keys.jobs, member)
     record = msgpack.unpackb(blob)
     client.hset(keys.jobs, member, msgpack.packb({**record, "d": due_ms}, use_bin_type=False))

@@ -32,9 +32,6 @@ from actors.server.embedded import (
 log = logging.getLogger("actors.server")
 
 OWNER_FILE = "server-version.json"
-# What each generation of Redis leaves in --dir with appendonly on.
-AOF_DIR_V7 = "appendonlydir"
-AOF_FILE_V6 = "appendonly.aof"
 
 Version = tuple[int, ...]
 
@@ -85,23 +82,6 @@ def record_owner(data_dir: Path, version: Version, binary: str) -> None:
     os.replace(temporary, path)
 
 
-def _legacy_owner(data_dir: Path) -> tuple[str, Version] | None:
-    """For data written before owners were recorded: which generation its files say wrote it."""
-    has_v7 = (data_dir / AOF_DIR_V7).is_dir()
-    has_v6 = (data_dir / AOF_FILE_V6).is_file()
-    if has_v7 and has_v6:
-        raise DataDirVersionError(
-            f"{data_dir} holds two datasets: {AOF_DIR_V7}/ (written by Redis 7 or newer) and "
-            f"{AOF_FILE_V6} (written by Redis 6), from runs with different redis-server versions. "
-            f"Keep one: move the other out of {data_dir}, then start again"
-        )
-    if has_v7:
-        return "Redis 7 or newer", (7,)
-    if has_v6:
-        return "Redis 6", (6,)
-    return None
-
-
 def choose_binary(data_dir: Path, binary: str | None = None) -> tuple[str, Version]:
     """The binary (and its version) to start on ``data_dir``; raises DataDirVersionError when
     none can serve its data without opening a second dataset."""
@@ -111,23 +91,14 @@ def choose_binary(data_dir: Path, binary: str | None = None) -> tuple[str, Versi
         raise RedisServerNotFound(HOW_TO_GET_ONE)
     found = [(candidate, server_version(candidate)) for candidate in candidates]
     owner = read_owner(data_dir)
-    if owner is not None:
-        for candidate, version in found:
-            if version[:2] == owner.version[:2]:
-                return candidate, version
-        owner_text = f"redis-server {version_text(owner.version)} ({owner.binary})"
-        wanted = f"a Redis {_family(owner.version)}"
-        owner_version = owner.version
-    else:
-        legacy = _legacy_owner(data_dir)
-        if legacy is None:
-            return found[0]  # a new directory: the usual choice becomes its owner
-        owner_text, owner_version = legacy
-        major = owner_version[0]
-        for candidate, version in found:
-            if (version[0] >= 7) == (major >= 7):
-                return candidate, version
-        wanted = f"a Redis {major}" if major < 7 else "a Redis 7 or newer"
+    if owner is None:
+        return found[0]  # a new directory: the usual choice becomes its owner
+    for candidate, version in found:
+        if version[:2] == owner.version[:2]:
+            return candidate, version
+    owner_text = f"redis-server {version_text(owner.version)} ({owner.binary})"
+    wanted = f"a Redis {_family(owner.version)}"
+    owner_version = owner.version
     chosen, version = found[0]
     if explicit is not None and version > owner_version:
         log.warning(

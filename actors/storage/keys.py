@@ -38,11 +38,6 @@ class ShardKeys:
         return self.prefix + c.DUE_BUCKET_PREFIX + name
 
     @property
-    def legacy_delayed(self) -> str:
-        """The delayed set of redelay before the buckets, drained by carry (lua/_delayed.lua)."""
-        return self.prefix + c.LEGACY_DELAYED_KEY
-
-    @property
     def leased(self) -> str:
         return self.prefix + c.LEASED_KEY
 

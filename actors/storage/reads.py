@@ -137,7 +137,7 @@ def read_snapshot(client: Any, keys: ShardKeys) -> tuple[Snapshot, str | None]:
 
 
 def delayed_entries(client: Any, keys: ShardKeys) -> list[tuple[str, int]]:
-    """One shard's delayed jobs as (member, due ms), in due order (the legacy ZSET's last)."""
+    """One shard's delayed jobs as (member, due ms), in due order."""
     layout = client.execute_command("EVAL", *_eval_args(calls.delayed_layout(keys, _READ_ONLY)))
     return [(decoded(m), int(due)) for m, due in _delayed_entries(layout)[0]]
 
@@ -156,7 +156,7 @@ def _delayed_entries(
     problems: list[tuple[tuple[str, str], str]] = []
     previous_last: tuple[float, bytes] | None = None
     stale_first_name: str | None = None
-    for position, (name_raw, score_raw, flat) in enumerate(layout[:-1]):
+    for position, (name_raw, score_raw, flat) in enumerate(layout):
         name, score = decoded(name_raw), float(score_raw)
         bucket = _as_scored(flat)
         if not bucket:
@@ -191,7 +191,6 @@ def _delayed_entries(
             )
         previous_last = (bucket[-1][1], _raw(bucket[-1][0]))
         entries.extend(bucket)
-    entries.extend(_as_scored(layout[-1]))
     if stale_first_name is not None and any(
         decoded(member) == stale_first_name for member, _ in entries
     ):

@@ -850,11 +850,8 @@ class Store(ShardPlan):
 
     @_cluster_errors
     def earliest_due_ms(self) -> int | None:
-        # The index's first score is its first bucket's earliest due time; jobs of an older
-        # redelay may still wait in the legacy ZSET (lua/_delayed.lua).
-        buckets = self._earliest(lambda keys: keys.delayed)
-        legacy = self._earliest(lambda keys: keys.legacy_delayed)
-        return min((due for due in (buckets, legacy) if due is not None), default=None)
+        # The index's first score is its first bucket's earliest due time.
+        return self._earliest(lambda keys: keys.delayed)
 
     @_cluster_errors
     def earliest_deadline_ms(self) -> int | None:

@@ -294,7 +294,6 @@ def test_the_scripts_build_key_names_from_the_constants_only() -> None:
             "SCHEDULES_KEY",
             "GATES_KEY",  # a lost suspect's mark goes (HDEL only: lua/_lost.lua)
             "DUE_BUCKET_PREFIX",  # the delayed set's buckets (lua/_delayed.lua)
-            "LEGACY_DELAYED_KEY",
         ]
     )
 

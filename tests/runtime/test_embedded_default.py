@@ -328,26 +328,6 @@ def test_naming_a_newer_binary_converts_the_data_for_good(
         start_embedded(data_dir)  # PATH finds only 6.2, which can no longer read it
 
 
-def test_data_from_before_owners_were_recorded_is_judged_by_its_files(
-    data_dir: Path, two_versions: TwoVersions, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PATH", two_versions.path_with_v7)
-    with start_embedded(data_dir) as server:
-        server.client().set("k", "v")
-    (data_dir / OWNER_FILE).unlink()  # as a directory written before this record existed
-    monkeypatch.setenv("PATH", two_versions.path_without)
-    with pytest.raises(DataDirVersionError, match="Redis 7 or newer"):
-        start_embedded(data_dir)
-    (data_dir / "appendonly.aof").write_bytes(b"")  # what a 6.2 run left next to it
-    monkeypatch.setenv("PATH", two_versions.path_with_v7)
-    with pytest.raises(DataDirVersionError, match="two datasets"):
-        start_embedded(data_dir)
-    (data_dir / "appendonly.aof").unlink()
-    with start_embedded(data_dir) as server:
-        assert server.client().get("k") == b"v"
-    assert json.loads((data_dir / OWNER_FILE).read_text())["version"].startswith("7.")
-
-
 # -- a worker on the embedded default exits as soon as it has stopped ----------------------------
 
 WORKER_MODULE = textwrap.dedent(

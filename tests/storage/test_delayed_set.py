@@ -258,54 +258,6 @@ def test_listing_pages_through_many_buckets_in_due_order(
     assert listed_delayed(store, page_size=37) == expected_order(dues)
 
 
-def make_legacy(store: Store) -> None:
-    """Moves every bucketed job into the legacy ZSET, as an older redelay kept them."""
-    client, keys = store.client, store.keys
-    for name, _, entries in buckets(store):
-        client.zadd(keys.legacy_delayed, dict(entries))
-        client.delete(keys.due_bucket(name))
-    client.delete(keys.delayed)
-
-
-def test_jobs_of_an_older_redelay_are_found_listed_cancelled_and_carried_in_due_order(
-    store: Store, fake_clock: FakeClock
-) -> None:
-    now = fake_clock.now_ms()
-    old = {f"old{n:03d}": now + 1_000 + 2 * n for n in range(300)}
-    add_due(store, old)
-    make_legacy(store)
-    new = {f"new{n:03d}": now + 1_001 + 2 * n for n in range(300)}
-    add_due(store, new)
-    dues = old | new
-    assert store.get("t", "old007").state is State.DELAYED  # type: ignore[union-attr]
-    assert store.cancel("t", "old007") == "removed"
-    del dues["old007"]
-    assert store.earliest_due_ms() == now + 1_000
-    assert store.snapshot().problems == {}
-    assert listed_delayed(store, page_size=50) == expected_order(dues)
-    fake_clock.advance(1_000 + 2 * 150)
-    moved = carried_and_leased(store, limit=100)
-    due_now = {j: d for j, d in dues.items() if d <= fake_clock.now_ms()}
-    assert moved == expected_order(due_now)
-    # Each carry moved a slice of the legacy set into buckets; what is left of it waits there.
-    assert store.client.zcard(store.keys.legacy_delayed) < 300
-    assert store.snapshot().problems == {}
-
-
-def test_carry_drains_the_legacy_set_into_buckets(store: Store, fake_clock: FakeClock) -> None:
-    now = fake_clock.now_ms()
-    dues = {f"j{n:04d}": now + HOUR_MS + n for n in range(1_000)}
-    add_due(store, dues)
-    make_legacy(store)
-    carries = 0
-    while store.client.exists(store.keys.legacy_delayed):
-        assert store.carry(limit=300)[0] == 0  # nothing is due: the slices only move
-        carries += 1
-    assert carries == 4
-    assert delayed_order(store) == expected_order(dues)
-    assert_compact(store)
-
-
 def carry_and_ack(store: Store, limit: int) -> list[str]:
     """Carries up to ``limit`` due jobs, leases and acks them; their ids, in the order moved."""
     count = store.carry(limit=limit)[0]

@@ -111,7 +111,9 @@ def drift_after(store: Store, tamper: str) -> list[Drift]:
         move_due(client, k, "t|c", 1)
     elif tamper == "zadd-ready-job":  # a ready job also put in the delayed set
         store.add(store.new_job("t", "r"))
-        client.zadd(k.legacy_delayed, {"t|r": 1})
+        # A bucket of its own, first in the set (due at 1), as the scripts would make one.
+        client.zadd(k.due_bucket("t|r"), {"t|r": 1})
+        client.zadd(k.delayed, {"t|r": 1})
     elif tamper == "lost-job":  # a record deleted
         client.hdel(k.jobs, "t|c")
         take_out(client, k, "t|c")

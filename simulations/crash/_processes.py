@@ -47,6 +47,7 @@ class Slot:
     generation: int = 0
     restart_at: float | None = None  # monotonic time of a planned restart
     expected_exit: bool = False  # we signalled it; its exit is no surprise
+    started_at: float = 0.0  # monotonic time its current process started
     stopping: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
 
@@ -82,6 +83,7 @@ class Workers:
         slot.generation += 1
         slot.restart_at = None
         slot.expected_exit = False
+        slot.started_at = time.monotonic()
         env = {
             **self.env,
             **self.slot_env.get(name, {}),
@@ -101,6 +103,11 @@ class Workers:
 
     def alive(self) -> list[str]:
         return [n for n, s in sorted(self.slots.items()) if _running(s.process)]
+
+    def running_for(self, at_least_s: float) -> list[str]:
+        """The slots whose process has been running at least this long."""
+        since = time.monotonic() - at_least_s
+        return [n for n in self.alive() if self.slots[n].started_at <= since]
 
     def consumer(self, name: str) -> str | None:
         """The consumer name the slot's current process leases with (see chaos_worker)."""

@@ -339,3 +339,21 @@ def test_a_crash_looping_job_is_quarantined_after_lost_max(
     assert "not quarantined" in str(
         next(v for v in verdict.violations if v.failure is Failure.QUARANTINE)
     )
+
+
+def test_redelay_simulate_passes_production_faults_to_chaos_only() -> None:
+    import argparse
+
+    from actors.cli import simulate
+    from actors.cli.output import CliError
+
+    parser = argparse.ArgumentParser()
+    simulate.add_parsers(parser.add_subparsers(), argparse.ArgumentParser(add_help=False))
+    chaos = parser.parse_args(["simulate", "--chaos", "--seed", "2", "--production-faults"])
+    assert simulate.simulator_argv(chaos)[-1] == "--production-faults"
+    assert "--production-faults" not in simulate.simulator_argv(
+        parser.parse_args(["simulate", "--chaos", "--seed", "2"])
+    )
+    deterministic = parser.parse_args(["simulate", "--production-faults"])
+    with pytest.raises(CliError, match="--production-faults needs --chaos"):
+        simulate.simulator_argv(deterministic)

@@ -81,9 +81,8 @@ SCHEDULE_MAX_STEPS: Final = 100
 LEASE_MS_MIN: Final = 100
 LEASE_MS_MAX: Final = 24 * 3600 * 1000
 BATCH_MAX_JOBS: Final = 10_000  # most jobs one add/ack/fail/extend/release call takes
-# DelayQueue.add_stream's jobs per batch. Swept on 2 cores (2026-11-25, `producer_speed --modes
-# stream`): 50: 128k jobs/s, 100: 135k, 200: 135k, 500: 125k, 1,000: 116k; the producer's CPU per
-# job grows with the batch, and small batches overlap the two sides more finely.
+# DelayQueue.add_stream's jobs per batch: the producer's CPU per job grows with the batch, and
+# small batches overlap the two sides more finely (docs/benchmarks.md#design-measurements-historic).
 DEFAULT_STREAM_BATCH: Final = 200
 CARRY_LIMIT_MAX: Final = 10_000
 LEASE_LIMIT_MAX: Final = 10_000

@@ -90,53 +90,64 @@ class Rule:
     effects: frozenset[Effect] = frozenset()
 
 
-S, E, F = State, Event, Effect
 # Live and not dead: the job will be delivered (again) without anyone acting. In the order a job
 # passes them, the order of columns and listings.
-PENDING_STATES: tuple[State, ...] = (S.DELAYED, S.READY, S.LEASED)
-LIVE_STATES_IN_ORDER: tuple[State, ...] = (*PENDING_STATES, S.DEAD)
+PENDING_STATES: tuple[State, ...] = (State.DELAYED, State.READY, State.LEASED)
+LIVE_STATES_IN_ORDER: tuple[State, ...] = (*PENDING_STATES, State.DEAD)
 LIVE_STATES = frozenset(LIVE_STATES_IN_ORDER)  # the job has a record
-END_STATES = frozenset({S.ACKED, S.CANCELLED})  # the record is deleted
+END_STATES = frozenset({State.ACKED, State.CANCELLED})  # the record is deleted
 
 # Where a job goes when its due time decides: already due, straight to ready.
-_BY_DUE = frozenset({S.DELAYED, S.READY})
+_BY_DUE = frozenset({State.DELAYED, State.READY})
 
 
 def _rule(targets: frozenset[State], *effects: Effect) -> Rule:
     return Rule(targets, frozenset(effects))
 
 
-_ATTEMPT_FAILED = (F.ENDS_LEASE, F.COUNTS_ATTEMPT, F.CLEARS_SUSPECT)
+_ATTEMPT_FAILED = (Effect.ENDS_LEASE, Effect.COUNTS_ATTEMPT, Effect.CLEARS_SUSPECT)
 
 # (event, state before) -> its rule. A job that is cancelled while leased keeps its lease until
 # something ends it; then it ends as cancelled (or acked) instead of being retried or released.
 RULES: dict[tuple[Event, State], Rule] = {
-    (E.ADDED, S.NEW): _rule(_BY_DUE, F.NEW_RECORD, F.SETS_DUE),
+    (Event.ADDED, State.NEW): _rule(_BY_DUE, Effect.NEW_RECORD, Effect.SETS_DUE),
     **{
-        (E.REPLACED, s): _rule(
-            _BY_DUE, F.NEW_RECORD, F.ENDS_LEASE, F.RESETS_ATTEMPTS, F.CLEARS_CANCEL, F.SETS_DUE
+        (Event.REPLACED, s): _rule(
+            _BY_DUE,
+            Effect.NEW_RECORD,
+            Effect.ENDS_LEASE,
+            Effect.RESETS_ATTEMPTS,
+            Effect.CLEARS_CANCEL,
+            Effect.SETS_DUE,
         )
-        for s in (S.DELAYED, S.READY, S.LEASED, S.DEAD)
+        for s in (State.DELAYED, State.READY, State.LEASED, State.DEAD)
     },
-    (E.READY, S.DELAYED): _rule(frozenset({S.READY})),
-    (E.LEASED, S.READY): _rule(frozenset({S.LEASED}), F.STARTS_LEASE),
-    (E.ACKED, S.LEASED): _rule(frozenset({S.ACKED}), F.ENDS_LEASE),
-    (E.FAILED, S.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, F.SETS_DUE),
-    (E.EXPIRED, S.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, F.SETS_DUE),
-    (E.DEAD, S.LEASED): _rule(frozenset({S.DEAD}), *_ATTEMPT_FAILED),
-    (E.LOST, S.LEASED): _rule(_BY_DUE, F.ENDS_LEASE, F.COUNTS_LOSS, F.MARKS_SUSPECT, F.SETS_DUE),
-    (E.QUARANTINED, S.LEASED): _rule(
-        frozenset({S.DEAD}), F.ENDS_LEASE, F.COUNTS_LOSS, F.CLEARS_SUSPECT
+    (Event.READY, State.DELAYED): _rule(frozenset({State.READY})),
+    (Event.LEASED, State.READY): _rule(frozenset({State.LEASED}), Effect.STARTS_LEASE),
+    (Event.ACKED, State.LEASED): _rule(frozenset({State.ACKED}), Effect.ENDS_LEASE),
+    (Event.FAILED, State.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, Effect.SETS_DUE),
+    (Event.EXPIRED, State.LEASED): _rule(_BY_DUE, *_ATTEMPT_FAILED, Effect.SETS_DUE),
+    (Event.DEAD, State.LEASED): _rule(frozenset({State.DEAD}), *_ATTEMPT_FAILED),
+    (Event.LOST, State.LEASED): _rule(
+        _BY_DUE, Effect.ENDS_LEASE, Effect.COUNTS_LOSS, Effect.MARKS_SUSPECT, Effect.SETS_DUE
     ),
-    (E.EXTENDED, S.LEASED): _rule(frozenset({S.LEASED}), F.MOVES_DEADLINE),
-    (E.RELEASED, S.LEASED): _rule(frozenset({S.READY}), F.ENDS_LEASE, F.FRONT),
-    (E.CANCEL_REQUESTED, S.LEASED): _rule(frozenset({S.LEASED}), F.MARKS_CANCEL),
-    **{(E.CANCELLED, s): _rule(frozenset({S.CANCELLED})) for s in (S.DELAYED, S.READY, S.DEAD)},
-    (E.CANCELLED, S.LEASED): _rule(frozenset({S.CANCELLED}), F.ENDS_LEASE),
-    (E.REQUEUED, S.DEAD): _rule(
-        frozenset({S.READY}), F.RESETS_ATTEMPTS, F.RESETS_LOSSES, F.SETS_DUE
+    (Event.QUARANTINED, State.LEASED): _rule(
+        frozenset({State.DEAD}), Effect.ENDS_LEASE, Effect.COUNTS_LOSS, Effect.CLEARS_SUSPECT
     ),
-    (E.PURGED, S.DEAD): _rule(frozenset({S.CANCELLED})),
+    (Event.EXTENDED, State.LEASED): _rule(frozenset({State.LEASED}), Effect.MOVES_DEADLINE),
+    (Event.RELEASED, State.LEASED): _rule(
+        frozenset({State.READY}), Effect.ENDS_LEASE, Effect.FRONT
+    ),
+    (Event.CANCEL_REQUESTED, State.LEASED): _rule(frozenset({State.LEASED}), Effect.MARKS_CANCEL),
+    **{
+        (Event.CANCELLED, s): _rule(frozenset({State.CANCELLED}))
+        for s in (State.DELAYED, State.READY, State.DEAD)
+    },
+    (Event.CANCELLED, State.LEASED): _rule(frozenset({State.CANCELLED}), Effect.ENDS_LEASE),
+    (Event.REQUEUED, State.DEAD): _rule(
+        frozenset({State.READY}), Effect.RESETS_ATTEMPTS, Effect.RESETS_LOSSES, Effect.SETS_DUE
+    ),
+    (Event.PURGED, State.DEAD): _rule(frozenset({State.CANCELLED})),
 }
 
 # The table without its effects: (event, state before) -> states it may lead to.
@@ -189,7 +200,7 @@ def target(
         return next(iter(targets))
     if targets != _BY_DUE or due_ms is None or now_ms is None:
         raise ValueError(f"{event} from {before} leads to one of {sorted(targets)}: which one?")
-    return S.READY if due_ms <= now_ms else S.DELAYED
+    return State.READY if due_ms <= now_ms else State.DELAYED
 
 
 def sources(event: Event, table: Table = RULES) -> frozenset[State]:
@@ -205,7 +216,7 @@ def implied_before(event: Event, table: Table = RULES) -> State | None:
 
 def starts_record(event: Event, table: Table = RULES) -> bool:
     """True when ``event`` writes a fresh record, from whatever state (added, replaced)."""
-    return any(e is event and F.NEW_RECORD in rule.effects for (e, _), rule in table.items())
+    return any(e is event and Effect.NEW_RECORD in rule.effects for (e, _), rule in table.items())
 
 
 class JobRecord(Protocol):
@@ -252,38 +263,38 @@ def step(
     """
     rule = rule_for(event, job.state, after, key, table)
     effects = rule.effects
-    if F.SETS_DUE in effects and facts.due_ms is None:
+    if Effect.SETS_DUE in effects and facts.due_ms is None:
         raise ValueError(f"{event} sets the due time: due_ms is missing")
-    if effects & {F.STARTS_LEASE, F.MOVES_DEADLINE} and (
+    if effects & {Effect.STARTS_LEASE, Effect.MOVES_DEADLINE} and (
         facts.token is None or facts.deadline_ms is None
     ):
         raise ValueError(f"{event} sets the lease: token and deadline_ms are missing")
-    if F.COUNTS_LOSS in effects and facts.lost is None:
+    if Effect.COUNTS_LOSS in effects and facts.lost is None:
         raise ValueError(f"{event} counts a lost lease: lost is missing")
-    if F.ENDS_LEASE in effects:
+    if Effect.ENDS_LEASE in effects:
         job.token = job.deadline_ms = None
-    if F.RESETS_ATTEMPTS in effects:
+    if Effect.RESETS_ATTEMPTS in effects:
         job.attempts_failed = 0
-    if F.COUNTS_ATTEMPT in effects:
+    if Effect.COUNTS_ATTEMPT in effects:
         counted = facts.attempts_failed
         job.attempts_failed = job.attempts_failed + 1 if counted is None else counted
-    if F.RESETS_LOSSES in effects:
+    if Effect.RESETS_LOSSES in effects:
         job.lost, job.suspect = 0, False
-    if F.COUNTS_LOSS in effects:
+    if Effect.COUNTS_LOSS in effects:
         assert facts.lost is not None
         job.lost = facts.lost
-    if F.CLEARS_CANCEL in effects:
+    if Effect.CLEARS_CANCEL in effects:
         job.cancel_requested = False
-    if F.MARKS_CANCEL in effects:
+    if Effect.MARKS_CANCEL in effects:
         job.cancel_requested = True
-    if F.CLEARS_SUSPECT in effects:
+    if Effect.CLEARS_SUSPECT in effects:
         job.suspect = False
-    if F.MARKS_SUSPECT in effects:
+    if Effect.MARKS_SUSPECT in effects:
         job.suspect = True
-    if F.SETS_DUE in effects:
+    if Effect.SETS_DUE in effects:
         assert facts.due_ms is not None
         job.due_ms = facts.due_ms
-    if effects & {F.STARTS_LEASE, F.MOVES_DEADLINE}:
+    if effects & {Effect.STARTS_LEASE, Effect.MOVES_DEADLINE}:
         job.token, job.deadline_ms = facts.token, facts.deadline_ms
     job.state = after
     return rule

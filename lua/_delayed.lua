@@ -25,10 +25,8 @@
 -- @constant DUE_BUCKET_FILL
 
 -- An add walks the index entries its due times span while there are at most this many per job;
--- past that, it looks up each due time's bucket (put_by_lookup). Counted with
--- simulations/bench/probes/script_instructions.py (--ids unpadded --add-batch 100 --jobs 30000, a burst due
--- at one moment, add's instructions per job): 114,889 at 1, 115,452 at 3, 130,630 at 8 (which
--- still walks the index there).
+-- past that, it looks up each due time's bucket (put_by_lookup): 3 cost an add no more than 1,
+-- and 8 cost it more (docs/benchmarks.md#design-measurements-historic).
 local WALK_BUCKETS_PER_JOB = 3
 
 local function bucket_key(name)

@@ -1,20 +1,14 @@
 """The ack-and-lease pipelines a pool keeps on Redis while it leases its own freed slots.
 
 While a topic has more ready jobs than the pool has slots, the pool sends each batch of results
-as one pipeline: the acks, and a lease of the slots they free (``Store.send_ack_and_lease``). It
-does not wait for the replies. Up to four pipelines are on their way, each with at most a
-quarter of the pool's slots, so Redis runs the next ones while the pool starts the jobs of the
-first. With one pipeline at a time the two sides took turns, each idle about 40% of a drain, and
-with two the batches still grew to the whole window of slots; four delivered the most, six no
-more (`make bench`'s `redelay-tuned` entry is the case: concurrency 100, prefetch 400).
+as one pipeline: the acks, and a lease of the slots they free (``Store.send_ack_and_lease``),
+without waiting for the replies. Up to ``DEPTH_MAX`` pipelines are on their way, each with at
+most that share of the pool's slots, so Redis runs the next ones while the pool starts the jobs
+of the first instead of the two sides taking turns (`make bench`'s `redelay-tuned` entry).
 
-A pool with fewer than two chunks' worth of slots sends one pipeline at a time: below
-``CHUNK_MIN`` acks, splitting a batch costs Redis more per job than the overlap saves. For the
-same reason, while pipelines are on their way the pool sends only full chunks: a few results
-wait for the next reply instead of going out as a pipeline of their own. Sending every result
-at once cost more CPU per job on both sides; with two or four worker processes sharing one core
-(``simulations.bench.probes.worker_scale``, concurrency 100) it delivered 36k and 29k jobs/s where
-one pipeline at a time delivered 48k and 54k, and full chunks only 49k and 39k (one process: 53k).
+Below ``CHUNK_MIN`` acks a pipeline costs Redis more per job than the overlap saves, so a pool
+with fewer than two chunks' worth of slots sends one at a time, and while pipelines are on their
+way only full chunks go out: the rest wait for the next reply.
 """
 
 from __future__ import annotations

@@ -189,8 +189,7 @@ class TopicListener(RedelayActor):
         else:
             # Nothing, or fewer than asked of one shard: the lease pops up to `limit`, so its
             # list is empty now, and the push that next fills it publishes a notice (a lease that
-            # leaves jobs behind publishes one too). Leasing again at once found nothing: 2,941
-            # of 4,997 leases at a steady 300 jobs/s were empty.
+            # leaves jobs behind publishes one too), so leasing again at once would find nothing.
             self._await_notice(mark)
 
     def _give_back(self, leases: list[Lease]) -> None:

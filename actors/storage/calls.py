@@ -90,67 +90,73 @@ def add(
         )
         due = job.due_ms if relative is None else f"+{relative}"
         args += [member(job.topic, job.id), due, record, topic_configs[job.topic]]
-    k = keys
     if replace:
         return ScriptCall(
             "replace",
-            k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts),
+            keys.ending(
+                keys.jobs,
+                keys.delayed,
+                keys.leased,
+                keys.tokens,
+                keys.dead,
+                keys.topics,
+                keys.counts,
+            ),
             args,
         )
-    return ScriptCall("add", k.audited(k.jobs, k.delayed, k.topics, k.counts), args)
+    return ScriptCall("add", keys.audited(keys.jobs, keys.delayed, keys.topics, keys.counts), args)
 
 
 def carry(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "carry",
-        k.ending(k.delayed, k.jobs, k.counts),
-        [*at.common(k), limit, k.wake_channel],
+        keys.ending(keys.delayed, keys.jobs, keys.counts),
+        [*at.common(keys), limit, keys.wake_channel],
     )
 
 
 def expire(keys: ShardKeys, at: CallTime, limit: int) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "expire",
-        k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts),
-        [*at.common(k), k.wake_channel, limit],
+        keys.ending(
+            keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead, keys.topics, keys.counts
+        ),
+        [*at.common(keys), keys.wake_channel, limit],
     )
 
 
 def lease(keys: ShardKeys, at: CallTime, topic: str, limit: int, consumer: str) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "lease",
         [
-            k.ready(topic),
-            k.jobs,
-            k.leased,
-            k.tokens,
-            k.topics,
-            k.counts,
-            k.seq,
-            k.audit,
-            k.gates,
-            k.history,
+            keys.ready(topic),
+            keys.jobs,
+            keys.leased,
+            keys.tokens,
+            keys.topics,
+            keys.counts,
+            keys.seq,
+            keys.audit,
+            keys.gates,
+            keys.history,
         ],
-        [*at.common(k), topic, limit, consumer],
+        [*at.common(keys), topic, limit, consumer],
     )
 
 
 def pause(keys: ShardKeys, at: CallTime, topic: str, paused: bool) -> ScriptCall:
     """Pauses (``paused``) or resumes ``topic`` in one shard."""
-    k = keys
-    return ScriptCall("pause", k.audited(k.gates), [*at.common(k), topic, 1 if paused else 0])
+    return ScriptCall(
+        "pause", keys.audited(keys.gates), [*at.common(keys), topic, 1 if paused else 0]
+    )
 
 
 def ack(keys: ShardKeys, at: CallTime, acks: Sequence[tuple[str, str, str]]) -> ScriptCall:
     """``acks``: (member, token, detail) per job."""
-    k = keys
     return ScriptCall(
         "ack",
-        k.ending(k.jobs, k.leased, k.tokens, k.counts),
-        [*at.common(k), len(acks), *_flat(acks)],
+        keys.ending(keys.jobs, keys.leased, keys.tokens, keys.counts),
+        [*at.common(keys), len(acks), *_flat(acks)],
     )
 
 
@@ -158,66 +164,63 @@ def fail(
     keys: ShardKeys, at: CallTime, failures: Sequence[tuple[str, str, str, int, str]]
 ) -> ScriptCall:
     """``failures``: (member, token, reason, retry after ms or -1, traceback or "") per job."""
-    k = keys
     return ScriptCall(
         "fail",
-        k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.topics, k.counts),
-        [*at.common(k), k.wake_channel, len(failures), *_flat(failures)],
+        keys.ending(
+            keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead, keys.topics, keys.counts
+        ),
+        [*at.common(keys), keys.wake_channel, len(failures), *_flat(failures)],
     )
 
 
 def extend(keys: ShardKeys, at: CallTime, extensions: Sequence[tuple[str, str, int]]) -> ScriptCall:
     """``extensions``: (member, token, extend ms) per job."""
-    k = keys
     return ScriptCall(
         "extend",
-        k.audited(k.jobs, k.leased, k.tokens),
-        [*at.common(k), len(extensions), *_flat(extensions)],
+        keys.audited(keys.jobs, keys.leased, keys.tokens),
+        [*at.common(keys), len(extensions), *_flat(extensions)],
     )
 
 
 def release(keys: ShardKeys, at: CallTime, releases: Sequence[tuple[str, str]]) -> ScriptCall:
     """``releases``: (member, token) per job."""
-    k = keys
     return ScriptCall(
         "release",
-        k.ending(k.jobs, k.leased, k.tokens, k.counts),
-        [*at.common(k), len(releases), *_flat(releases)],
+        keys.ending(keys.jobs, keys.leased, keys.tokens, keys.counts),
+        [*at.common(keys), len(releases), *_flat(releases)],
     )
 
 
 def cancel(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
     """``job``: the job's member (see keys.member)."""
-    k = keys
     return ScriptCall(
         "cancel",
-        k.ending(k.jobs, k.delayed, k.leased, k.tokens, k.dead, k.counts),
-        [*at.common(k), job],
+        keys.ending(keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead, keys.counts),
+        [*at.common(keys), job],
     )
 
 
 def requeue(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "requeue",
-        k.audited(k.jobs, k.dead, k.delayed, k.counts),
-        [*at.common(k), len(members), *members],
+        keys.audited(keys.jobs, keys.dead, keys.delayed, keys.counts),
+        [*at.common(keys), len(members), *members],
     )
 
 
 def purge(keys: ShardKeys, at: CallTime, members: Sequence[str]) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "purge",
-        k.ending(k.jobs, k.dead, k.counts),
-        [*at.common(k), len(members), *members],
+        keys.ending(keys.jobs, keys.dead, keys.counts),
+        [*at.common(keys), len(members), *members],
     )
 
 
 def inspect(keys: ShardKeys, at: CallTime, job: str) -> ScriptCall:
-    k = keys
     return ScriptCall(
-        "inspect", [k.jobs, k.delayed, k.leased, k.tokens, k.dead], [*at.common(k), job]
+        "inspect",
+        [keys.jobs, keys.delayed, keys.leased, keys.tokens, keys.dead],
+        [*at.common(keys), job],
     )
 
 
@@ -256,14 +259,15 @@ def list_page(
 ) -> ScriptCall:
     """One shard's jobs of ``topic`` in ``state`` after the position ``after``: (score, member)
     in the delayed, leased and dead ZSETs (no score in a ready list), None from the start."""
-    k = keys
-    where = {State.DELAYED: k.delayed, State.LEASED: k.leased, State.DEAD: k.dead}.get(state)
+    where = {State.DELAYED: keys.delayed, State.LEASED: keys.leased, State.DEAD: keys.dead}.get(
+        state
+    )
     score, last = ("", "") if after is None else ("" if after[0] is None else after[0], after[1])
     kind = "list" if where is None else "delayed" if state is State.DELAYED else "zset"
     return ScriptCall(
         "list",
-        [k.ready(topic) if where is None else where, k.jobs, k.tokens],
-        [*at.common(k), topic, kind, limit, scan, score, last],
+        [keys.ready(topic) if where is None else where, keys.jobs, keys.tokens],
+        [*at.common(keys), topic, kind, limit, scan, score, last],
     )
 
 

@@ -91,31 +91,28 @@ def schedule(
     topic_config: bytes,
     times: Sequence[int],
 ) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "schedule",
-        k.ending(k.schedules, k.jobs, k.delayed, k.topics, k.counts),
-        [*at.common(k), k.wake_channel, name, spec_blob, anchor_ms, topic_config, *times],
+        keys.ending(keys.schedules, keys.jobs, keys.delayed, keys.topics, keys.counts),
+        [*at.common(keys), keys.wake_channel, name, spec_blob, anchor_ms, topic_config, *times],
     )
 
 
 def unschedule(keys: ShardKeys, at: CallTime, name: str) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "unschedule",
-        k.ending(k.schedules, k.jobs, k.delayed, k.counts),
-        [*at.common(k), name],
+        keys.ending(keys.schedules, keys.jobs, keys.delayed, keys.counts),
+        [*at.common(keys), name],
     )
 
 
 def refill(
     keys: ShardKeys, at: CallTime, name: str, generation: int, times: Sequence[int]
 ) -> ScriptCall:
-    k = keys
     return ScriptCall(
         "refill",
-        k.audited(k.schedules, k.jobs, k.delayed, k.counts),
-        [*at.common(k), k.wake_channel, name, generation, *times],
+        keys.audited(keys.schedules, keys.jobs, keys.delayed, keys.counts),
+        [*at.common(keys), keys.wake_channel, name, generation, *times],
     )
 
 

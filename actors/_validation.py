@@ -12,7 +12,21 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from actors import _constants as c
+from actors._constants import (
+    BODY_MAX_BYTES,
+    BODY_MAX_DEPTH,
+    CALLBACK_URL_MAX_CHARS,
+    CONSUMER_NAME_MAX_CHARS,
+    DELAY_MAX_MS,
+    JOB_ID_MAX_CHARS,
+    LEASE_MS_MAX,
+    LEASE_MS_MIN,
+    NAMESPACE_MAX_CHARS,
+    REASON_MAX_CHARS,
+    SCHEDULE_MAX_STEPS,
+    TOPIC_MAX_CHARS,
+    TRACEBACK_MAX_BYTES,
+)
 from actors.errors import ValidationError
 
 # Topics and namespaces: no "|" (the member separator), no braces (hash tags), no whitespace.
@@ -52,24 +66,24 @@ _VALID_TOPICS_MAX = 10_000
 def topic(value: object, field: str = "topic") -> str:
     if isinstance(value, str) and value in _VALID_TOPICS:
         return value
-    checked = _check_name(field, value, _TOPIC_RE, c.TOPIC_MAX_CHARS, _TOPIC_CHARS)
+    checked = _check_name(field, value, _TOPIC_RE, TOPIC_MAX_CHARS, _TOPIC_CHARS)
     if len(_VALID_TOPICS) < _VALID_TOPICS_MAX:
         _VALID_TOPICS.add(checked)
     return checked
 
 
 def job_id(value: object, field: str = "id") -> str:
-    return _check_name(field, value, _JOB_ID_RE, c.JOB_ID_MAX_CHARS, _JOB_ID_CHARS)
+    return _check_name(field, value, _JOB_ID_RE, JOB_ID_MAX_CHARS, _JOB_ID_CHARS)
 
 
 def namespace(value: object, field: str = "namespace") -> str:
-    return _check_name(field, value, _NAMESPACE_RE, c.NAMESPACE_MAX_CHARS, _NAMESPACE_CHARS)
+    return _check_name(field, value, _NAMESPACE_RE, NAMESPACE_MAX_CHARS, _NAMESPACE_CHARS)
 
 
 def consumer_name(value: object, field: str = "consumer_name") -> str:
     """A worker's name, as audit events (``by``), logs and its heartbeat key carry it: an id's
     characters, which the default ``<host>:<pid>:<hex>`` keeps to."""
-    return _check_name(field, value, _JOB_ID_RE, c.CONSUMER_NAME_MAX_CHARS, _JOB_ID_CHARS)
+    return _check_name(field, value, _JOB_ID_RE, CONSUMER_NAME_MAX_CHARS, _JOB_ID_CHARS)
 
 
 def body(value: Any, field: str = "body") -> bytes:
@@ -79,7 +93,7 @@ def body(value: Any, field: str = "body") -> bytes:
     except TypeError as exc:  # orjson.JSONEncodeError is one
         if "Recursion limit" in str(exc):
             raise ValidationError(
-                field, "is nested too deeply", f"{c.BODY_MAX_DEPTH} levels of arrays and objects"
+                field, "is nested too deeply", f"{BODY_MAX_DEPTH} levels of arrays and objects"
             ) from None
         raise ValidationError(
             field, f"is not JSON-serializable: {exc}", "a value orjson can serialize"
@@ -92,10 +106,8 @@ def body(value: Any, field: str = "body") -> bytes:
             raise ValidationError(
                 where, "is NaN or Infinity, which JSON cannot hold", "finite numbers only"
             )
-    if len(encoded) > c.BODY_MAX_BYTES:
-        raise ValidationError(
-            field, f"is {len(encoded)} bytes as JSON", f"{c.BODY_MAX_BYTES} bytes"
-        )
+    if len(encoded) > BODY_MAX_BYTES:
+        raise ValidationError(field, f"is {len(encoded)} bytes as JSON", f"{BODY_MAX_BYTES} bytes")
     return encoded
 
 
@@ -211,23 +223,23 @@ def delay_ms(
 
     ``unit`` is only how errors speak: the unit the caller gave the value in before converting.
     """
-    lower = -c.DELAY_MAX_MS if allow_negative else 0
-    limit = _range(lower, c.DELAY_MAX_MS, unit, "ten years")
+    lower = -DELAY_MAX_MS if allow_negative else 0
+    limit = _range(lower, DELAY_MAX_MS, unit, "ten years")
     number = _number(field, value, limit)
-    return _bounded_ms(field, number, lower, c.DELAY_MAX_MS, unit, limit)
+    return _bounded_ms(field, number, lower, DELAY_MAX_MS, unit, limit)
 
 
 def due_ms(value: object, now_ms: int, field: str = "at") -> int:
     """An absolute due time in ms since the epoch, at most ten years from now either way."""
-    limit = f"within {c.DELAY_MAX_MS} ms (ten years) of now"
+    limit = f"within {DELAY_MAX_MS} ms (ten years) of now"
     number = _number(field, value, limit)
     offset = number - now_ms
-    if abs(offset) > c.DELAY_MAX_MS:
+    if abs(offset) > DELAY_MAX_MS:
         when = "from now" if offset > 0 else "ago"
         raise ValidationError(
             field,
             f"is {_in_unit(abs(offset), 'ms')} {when}, more than the limit of "
-            f"{_in_unit(c.DELAY_MAX_MS, 'ms')}",
+            f"{_in_unit(DELAY_MAX_MS, 'ms')}",
             limit,
         )
     return round(number)
@@ -251,11 +263,11 @@ def due_at_s(value: object, now_ms: int, field: str = "at") -> int:
     if number < 0:
         raise ValidationError(field, f"{_plain(number)} is before the epoch (1970)", limit)
     offset_ms = number * 1000 - now_ms
-    if offset_ms > c.DELAY_MAX_MS:
+    if offset_ms > DELAY_MAX_MS:
         raise ValidationError(
             field,
             f"is {_in_unit(offset_ms, 's')} from now, more than the limit of "
-            f"{_in_unit(c.DELAY_MAX_MS, 's')}",
+            f"{_in_unit(DELAY_MAX_MS, 's')}",
             limit,
         )
     return max(round(number * 1000), now_ms)
@@ -263,27 +275,27 @@ def due_at_s(value: object, now_ms: int, field: str = "at") -> int:
 
 def schedule_ms(value: object, field: str = "retry", unit: Unit = "ms") -> tuple[int, ...]:
     """A retry schedule: a non-empty list of finite non-negative delays in milliseconds."""
-    limit = f"a list of 1 to {c.SCHEDULE_MAX_STEPS} delays in {unit}"
+    limit = f"a list of 1 to {SCHEDULE_MAX_STEPS} delays in {unit}"
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise ValidationError(field, f"must be a list of delays, got {type(value).__name__}", limit)
     if not value:
         raise ValidationError(field, "must not be empty", limit)
-    if len(value) > c.SCHEDULE_MAX_STEPS:
-        raise ValidationError(field, f"has {len(value)} steps", f"{c.SCHEDULE_MAX_STEPS} steps")
+    if len(value) > SCHEDULE_MAX_STEPS:
+        raise ValidationError(field, f"has {len(value)} steps", f"{SCHEDULE_MAX_STEPS} steps")
     return tuple(delay_ms(step, f"{field}[{n}]", unit=unit) for n, step in enumerate(value))
 
 
 def lease_ms(value: object, field: str = "lease", unit: Unit = "ms") -> int:
-    limit = _range(c.LEASE_MS_MIN, c.LEASE_MS_MAX, unit)
+    limit = _range(LEASE_MS_MIN, LEASE_MS_MAX, unit)
     number = _number(field, value, limit)
-    return _bounded_ms(field, number, c.LEASE_MS_MIN, c.LEASE_MS_MAX, unit, limit)
+    return _bounded_ms(field, number, LEASE_MS_MIN, LEASE_MS_MAX, unit, limit)
 
 
 def callback_url(value: object, field: str = "callback") -> str:
-    limit = f"an http or https URL with a host, at most {c.CALLBACK_URL_MAX_CHARS} characters"
+    limit = f"an http or https URL with a host, at most {CALLBACK_URL_MAX_CHARS} characters"
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, got {type(value).__name__}", limit)
-    if len(value) > c.CALLBACK_URL_MAX_CHARS:
+    if len(value) > CALLBACK_URL_MAX_CHARS:
         raise ValidationError(field, f"is {len(value)} characters long", limit)
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -295,14 +307,14 @@ def traceback_tail(value: str) -> str:
     """The last TRACEBACK_MAX_BYTES of a traceback (its end names the error), as whole
     characters."""
     data = value.encode()
-    if len(data) <= c.TRACEBACK_MAX_BYTES:
+    if len(data) <= TRACEBACK_MAX_BYTES:
         return value
-    return data[-c.TRACEBACK_MAX_BYTES :].decode(errors="ignore")
+    return data[-TRACEBACK_MAX_BYTES:].decode(errors="ignore")
 
 
 def reason(value: str) -> str:
     """Failure reasons are free text, cut (not refused) so a huge traceback cannot bloat the log."""
-    return value[: c.REASON_MAX_CHARS]
+    return value[:REASON_MAX_CHARS]
 
 
 def count(value: object, field: str, maximum: int, *, minimum: int = 1) -> int:

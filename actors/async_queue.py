@@ -22,10 +22,16 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from actors import _constants as c
 from actors import _validation as validation
 from actors import producing
 from actors import schedules as _schedules
+from actors._constants import (
+    BATCH_MAX_JOBS,
+    DEFAULT_LEASE_MS,
+    DEFAULT_RETRY_SCHEDULE_MS,
+    DEFAULT_STREAM_BATCH,
+    SHARDS_MAX,
+)
 from actors._validation import IfExists
 from actors.clock import Clock
 from actors.lifecycle import State
@@ -48,7 +54,7 @@ class AsyncDelayQueue:
         clock: Clock | None = None,
         retention: AuditRetention | None = None,
         default_retry: Sequence[float | timedelta] | None = None,
-        default_lease: float | timedelta = c.DEFAULT_LEASE_MS / 1000,
+        default_lease: float | timedelta = DEFAULT_LEASE_MS / 1000,
         shards: int | None = None,
         durability: Durability | None = None,
         tracer_provider: Any = None,
@@ -60,14 +66,14 @@ class AsyncDelayQueue:
         self._source = redis_source
         self._namespace = validation.namespace(namespace)
         if shards is not None:
-            validation.count(shards, "shards", c.SHARDS_MAX)
+            validation.count(shards, "shards", SHARDS_MAX)
         retry_ms = producing.schedule_ms(default_retry, "default_retry")
         lease_ms = producing.lease_ms(default_lease, "default_lease")
         self._store_options: dict[str, Any] = {
             "shards": shards,
             "durability": durability,
             "retention": retention,
-            "default_topic_config": TopicConfig(retry_ms or c.DEFAULT_RETRY_SCHEDULE_MS, lease_ms),
+            "default_topic_config": TopicConfig(retry_ms or DEFAULT_RETRY_SCHEDULE_MS, lease_ms),
         }
         self._given_clock = clock
         self._server_clock: ServerClock | None = None
@@ -175,13 +181,13 @@ class AsyncDelayQueue:
         self,
         jobs: Iterable[Mapping[str, Any]],
         *,
-        batch_size: int = c.DEFAULT_STREAM_BATCH,
+        batch_size: int = DEFAULT_STREAM_BATCH,
         if_exists: IfExists | None = None,
     ) -> list[str]:
         """As :meth:`DelayQueue.add_stream`: any number of jobs (a list or a generator) in
         batches of ``batch_size``, each all or nothing, each sent before the reply to the one
         before is read; AddStreamError at the first batch that fails."""
-        size = validation.count(batch_size, "batch_size", c.BATCH_MAX_JOBS)
+        size = validation.count(batch_size, "batch_size", BATCH_MAX_JOBS)
         mode = validation.if_exists(if_exists, False)
         store = await self.store()
         # Traced as DelayQueue.add_stream is: each span ends once Redis answered for its batch.

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import OCCURRENCE_ID_PREFIX
 from actors.errors import ValidationError
 from actors.replay import history
 from actors.values import AuditEntry, NewJob
@@ -131,10 +131,10 @@ def _checked_job(
 ) -> NewJob:
     """A job from a checked due time, retry schedule and lease; checks the rest. ``delay_ms``:
     the delay ``due_ms`` was counted from now with, which the scripts count from their own now."""
-    if isinstance(job_id, str) and job_id.startswith(c.OCCURRENCE_ID_PREFIX):
+    if isinstance(job_id, str) and job_id.startswith(OCCURRENCE_ID_PREFIX):
         raise ValidationError(
             "id",
-            f"{job_id!r} starts with {c.OCCURRENCE_ID_PREFIX!r}, kept for schedule occurrences",
+            f"{job_id!r} starts with {OCCURRENCE_ID_PREFIX!r}, kept for schedule occurrences",
             "an id without that prefix",
         )
     return NewJob(

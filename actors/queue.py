@@ -26,10 +26,18 @@ import pykka
 import redis
 from redis.cluster import RedisCluster
 
-from actors import _constants as c
 from actors import _rearm, producing
 from actors import _validation as validation
 from actors import schedules as _schedules
+from actors._constants import (
+    BATCH_MAX_JOBS,
+    DEFAULT_LEASE_MS,
+    DEFAULT_RETRY_SCHEDULE_MS,
+    DEFAULT_STREAM_BATCH,
+    LOST_MAX_MAX,
+    PREFETCH_MAX,
+    SHARDS_MAX,
+)
 from actors._signals import SignalFlag, wait_for_event
 from actors._validation import IfExists
 from actors.clock import Clock, RedisSyncedClock
@@ -80,12 +88,12 @@ def checked_handler(
     test double registers handlers exactly as the queue does."""
     validation.topic(topic)
     validation.count(concurrency, "concurrency", 10_000)
-    validation.count(prefetch, "prefetch", c.PREFETCH_MAX, minimum=0)
+    validation.count(prefetch, "prefetch", PREFETCH_MAX, minimum=0)
     timeout_ms = producing.lease_ms(timeout, "timeout")
     retry_ms = producing.schedule_ms(retry, "retry")
     lease_ms = None if lease is None else producing.lease_ms(lease, "lease")
     if lost_max is not None:
-        validation.count(lost_max, "lost_max", c.LOST_MAX_MAX)
+        validation.count(lost_max, "lost_max", LOST_MAX_MAX)
 
     def spec_for(fn: Any) -> HandlerSpec:
         if prefetch and inspect.iscoroutinefunction(fn):
@@ -114,7 +122,7 @@ class DelayQueue:
         sweep_interval_s: float = 1.0,
         consumer_name: str | None = None,
         default_retry: Sequence[float | timedelta] | None = None,
-        default_lease: float | timedelta = c.DEFAULT_LEASE_MS / 1000,
+        default_lease: float | timedelta = DEFAULT_LEASE_MS / 1000,
         producer_only: bool = False,
         shards: int | None = None,
         durability: Durability | None = None,
@@ -142,12 +150,12 @@ class DelayQueue:
         lease_ms = producing.lease_ms(default_lease, "default_lease")
         # Checked now, so bad settings fail at construction even though nothing connects yet.
         if shards is not None:
-            validation.count(shards, "shards", c.SHARDS_MAX)
+            validation.count(shards, "shards", SHARDS_MAX)
         self._store_options: dict[str, Any] = {
             "shards": shards,
             "durability": durability,
             "retention": retention,
-            "default_topic_config": TopicConfig(retry_ms or c.DEFAULT_RETRY_SCHEDULE_MS, lease_ms),
+            "default_topic_config": TopicConfig(retry_ms or DEFAULT_RETRY_SCHEDULE_MS, lease_ms),
         }
         self._client: RedisClient | None = None
         self._store: Store | None = None
@@ -291,7 +299,7 @@ class DelayQueue:
         self,
         jobs: Iterable[Mapping[str, Any]],
         *,
-        batch_size: int = c.DEFAULT_STREAM_BATCH,
+        batch_size: int = DEFAULT_STREAM_BATCH,
         if_exists: IfExists | None = None,
     ) -> list[str]:
         """Adds any number of jobs (mappings as add_many takes them; a generator is read as it
@@ -302,7 +310,7 @@ class DelayQueue:
         default ``if_exists="error"``, a full Redis) and raises AddStreamError, whose
         ``results`` say what happened to each job taken so far. Returns per job what add_many
         returns. ``if_exists="keep"`` runs one batch at a time."""
-        size = validation.count(batch_size, "batch_size", c.BATCH_MAX_JOBS)
+        size = validation.count(batch_size, "batch_size", BATCH_MAX_JOBS)
         mode = validation.if_exists(if_exists, False)
         noted: list[NewJob] = []  # replace: the jobs, to note those that were re-armed
 
@@ -479,9 +487,9 @@ class DelayQueue:
             validation.topic(topic)
         # The dead set is read in pages and changed in batches of at most BATCH_MAX_JOBS, so any
         # number of dead jobs is handled without one huge script call.
-        keys = list(self.store.dead_keys(topic, c.BATCH_MAX_JOBS))
+        keys = list(self.store.dead_keys(topic, BATCH_MAX_JOBS))
         return sum(
-            change(keys[n : n + c.BATCH_MAX_JOBS]) for n in range(0, len(keys), c.BATCH_MAX_JOBS)
+            change(keys[n : n + BATCH_MAX_JOBS]) for n in range(0, len(keys), BATCH_MAX_JOBS)
         )
 
     # -- consuming ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from actors import _constants as c
+from actors import _constants
 from actors import _validation as validation
 from actors.errors import ValidationError
 
@@ -33,18 +33,18 @@ MISFIRES: Final[tuple[str, ...]] = get_args(Misfire)
 # An occurrence carried later than this after its time was missed (workers were down): with
 # misfire="skip" it is dropped; with "run_once" it runs, once, and the slots missed since are
 # skipped. A minute covers a carrier that waited for the watchdog's forced carry.
-MISFIRE_GRACE_MS: Final = c.MISFIRE_GRACE_MS
+MISFIRE_GRACE_MS: Final = _constants.MISFIRE_GRACE_MS
 # Occurrence times stored ahead with each schedule, and the length below which the carrier that
 # moved an occurrence on computes more (so a crash between the two costs nothing: the next carry
 # of an occurrence asks again long before the list runs dry).
-OCCURRENCES_AHEAD: Final = c.OCCURRENCES_AHEAD
-REFILL_BELOW: Final = c.REFILL_BELOW
+OCCURRENCES_AHEAD: Final = _constants.OCCURRENCES_AHEAD
+REFILL_BELOW: Final = _constants.REFILL_BELOW
 EVERY_MS_MIN: Final = 1_000
 NAME_MAX_CHARS: Final = 100
 # An occurrence's id: "<prefix><name>:<occurrence ms>". Ids that start with the prefix are
 # reserved for schedules, and the shard of such an id depends on the name only (storage/keys.py),
 # so every occurrence of a schedule lives with the schedule.
-OCCURRENCE_ID_PREFIX: Final = c.OCCURRENCE_ID_PREFIX
+OCCURRENCE_ID_PREFIX: Final = _constants.OCCURRENCE_ID_PREFIX
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]*")
 _NAME_CHARS = "letters, digits and . _ : - (no '|', braces or whitespace)"
@@ -122,9 +122,11 @@ def every_ms(value: float | timedelta, field: str = "every") -> int:
     ):
         raise ValidationError(field, "must be seconds or a timedelta", "a number of seconds")
     ms = round(seconds * 1000)
-    if ms < EVERY_MS_MIN or ms > c.DELAY_MAX_MS:
+    if ms < EVERY_MS_MIN or ms > _constants.DELAY_MAX_MS:
         raise ValidationError(
-            field, f"is {seconds:g}s", f"{EVERY_MS_MIN // 1000}s to {c.DELAY_MAX_MS // 1000}s"
+            field,
+            f"is {seconds:g}s",
+            f"{EVERY_MS_MIN // 1000}s to {_constants.DELAY_MAX_MS // 1000}s",
         )
     return ms
 

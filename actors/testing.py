@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 import pykka
 from pykka.messages import ProxyCall
 
-from actors import _constants as c
+from actors import _constants
 from actors.queue import DelayQueue, checked_handler
 from actors.runtime.messages import Stats
 from actors.runtime.system import ActorSystem, HandlerSpec
@@ -49,9 +49,9 @@ __all__ = [
 ]
 
 # The namespace defaults a queue stores when it is given none, and the longest lease.
-DEFAULT_LEASE_MS: Final = c.DEFAULT_LEASE_MS
-DEFAULT_RETRY_SCHEDULE_MS: Final = c.DEFAULT_RETRY_SCHEDULE_MS
-LEASE_MS_MAX: Final = c.LEASE_MS_MAX
+DEFAULT_LEASE_MS: Final = _constants.DEFAULT_LEASE_MS
+DEFAULT_RETRY_SCHEDULE_MS: Final = _constants.DEFAULT_RETRY_SCHEDULE_MS
+LEASE_MS_MAX: Final = _constants.LEASE_MS_MAX
 
 # A message naming a method no actor has: the AttributeError it raises inside a tell kills the
 # actor exactly as a bug in its message handling would (on_failure runs, the watchdog restarts).

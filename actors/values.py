@@ -11,8 +11,13 @@ from typing import Any, Literal
 
 import orjson
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import (
+    DEFAULT_AUDIT_MAXLEN,
+    DEFAULT_LEASE_MS,
+    DEFAULT_LOST_MAX,
+    DEFAULT_RETRY_SCHEDULE_MS,
+)
 from actors._frozen import slot_setters
 from actors.lifecycle import State
 
@@ -30,7 +35,7 @@ class AuditRetention:
     """
 
     kind: Literal["MAXLEN", "MINID", "NONE"] = "MAXLEN"
-    maxlen: int = c.DEFAULT_AUDIT_MAXLEN
+    maxlen: int = DEFAULT_AUDIT_MAXLEN
     retention_ms: int = 7 * 24 * 3600 * 1000
 
     def args(self, now_ms: int) -> tuple[str, str]:
@@ -186,9 +191,9 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
-    retry_ms: tuple[int, ...] = c.DEFAULT_RETRY_SCHEDULE_MS
-    lease_ms: int = c.DEFAULT_LEASE_MS
-    lost_max: int = c.DEFAULT_LOST_MAX  # lost leases held against a job before it is quarantined
+    retry_ms: tuple[int, ...] = DEFAULT_RETRY_SCHEDULE_MS
+    lease_ms: int = DEFAULT_LEASE_MS
+    lost_max: int = DEFAULT_LOST_MAX  # lost leases held against a job before it is quarantined
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from actors import _constants as c
+from actors._constants import BATCH_MAX_JOBS
 from actors.cli.context import Context
 from actors.cli.output import (
     CliError,
@@ -54,8 +54,8 @@ def run_dead(ctx: Context, args: argparse.Namespace) -> int:
     targets = [(args.topic, args.id)] if one else list(store.dead_keys(args.topic))
     change = store.requeue_dead if args.action == "requeue" else store.purge_dead
     done = 0
-    for start in range(0, len(targets), c.BATCH_MAX_JOBS):
-        done += change(targets[start : start + c.BATCH_MAX_JOBS])
+    for start in range(0, len(targets), BATCH_MAX_JOBS):
+        done += change(targets[start : start + BATCH_MAX_JOBS])
     past = "requeued" if args.action == "requeue" else "purged"
     if one and done == 0:  # the error is the one document --json prints
         message = f"no dead job {args.topic}/{args.id}"

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import redis
 
-from actors import _constants as c
+from actors._constants import DEFAULT_RETRY_SCHEDULE_MS
 from actors.cli.context import Context, data_dir, no_redis, not_redis, redis_url
 from actors.cli.output import CliError, Exit, format_duration_ms, print_json, table, usage_error
 from actors.errors import RedisServerNotFound
@@ -33,7 +33,7 @@ from actors.replay import compare, fold
 
 TOPIC = "shop.order-timeout"
 DEMO_NAMESPACE = "demo"
-STEPPED_SCHEDULE_S = tuple(ms / 1000 for ms in c.DEFAULT_RETRY_SCHEDULE_MS[:3])  # 15s, 3m, 10m
+STEPPED_SCHEDULE_S = tuple(ms / 1000 for ms in DEFAULT_RETRY_SCHEDULE_MS[:3])  # 15s, 3m, 10m
 FINISH_TIMEOUT_S = 60.0
 STATUS_EVERY_S = 3.0
 POLL_S = 0.2  # how often the ticker reads new events

@@ -19,8 +19,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import BATCH_MAX_JOBS, BODY_MAX_DEPTH, DEFAULT_STREAM_BATCH
 from actors.cli.context import Context
 from actors.cli.output import (
     CliError,
@@ -63,14 +63,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch-size",
         type=int,
-        default=c.DEFAULT_STREAM_BATCH,
-        help=f"jobs per batch, 1 to {c.BATCH_MAX_JOBS:,} (default {c.DEFAULT_STREAM_BATCH})",
+        default=DEFAULT_STREAM_BATCH,
+        help=f"jobs per batch, 1 to {BATCH_MAX_JOBS:,} (default {DEFAULT_STREAM_BATCH})",
     )
     p.set_defaults(run=run_import)
 
 
 def run_import(ctx: Context, args: argparse.Namespace) -> int:
-    size = validation.count(args.batch_size, "batch-size", c.BATCH_MAX_JOBS)
+    size = validation.count(args.batch_size, "batch-size", BATCH_MAX_JOBS)
     mode = validation.if_exists(args.if_exists, False)
     source = _open(args.file)
     store = ctx.store()
@@ -162,7 +162,7 @@ def _json_fallback(number: int, line: bytes) -> Any:
         raise ValidationError(f"line {number}", f"is not valid JSON: {exc}") from None
     except RecursionError:  # json's parser recurses per level; a body may have far fewer
         raise ValidationError(
-            f"line {number}", "is nested too deeply", f"{c.BODY_MAX_DEPTH} levels in a body"
+            f"line {number}", "is nested too deeply", f"{BODY_MAX_DEPTH} levels in a body"
         ) from None
 
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import BODY_MAX_DEPTH
 from actors.cli.context import Context
 from actors.cli.limits import describe as describe_limits
 from actors.cli.limits import limits_json
@@ -108,7 +108,7 @@ def read_body(text: str) -> Any:
     except RecursionError:  # json's parser recurses per level; a body may have far fewer
         raise usage_error(
             f"body: {source} is nested too deeply "
-            f"(limit: {c.BODY_MAX_DEPTH} levels of arrays and objects)"
+            f"(limit: {BODY_MAX_DEPTH} levels of arrays and objects)"
         ) from None
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import IN_FLIGHT_MAX
 from actors.cli.context import Context
 from actors.cli.output import (
     Exit,
@@ -87,7 +87,7 @@ def run_limit(ctx: Context, args: argparse.Namespace) -> int:
     if rate is not None:
         gates.rate_arg(rate)
     if args.max_in_flight is not None:
-        validation.count(args.max_in_flight, "max-in-flight", c.IN_FLIGHT_MAX)
+        validation.count(args.max_in_flight, "max-in-flight", IN_FLIGHT_MAX)
     wanted = TopicLimits(rate, args.max_in_flight)
     store = ctx.store()
     if setting or args.lift:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from actors import _constants as c
 from actors import _validation as validation
 from actors import schedules
+from actors._constants import BATCH_MAX_JOBS
 from actors.errors import ValidationError
 from actors.lifecycle import State
 from actors.storage.store import Store
@@ -70,8 +70,8 @@ class Request:
             raise ValidationError("job", "no job chosen")
         if self.action not in DEAD_ACTIONS and len(self.jobs) != 1:
             raise ValidationError("job", f"{self.action} takes one job, got {len(self.jobs)}")
-        if len(self.jobs) > c.BATCH_MAX_JOBS:
-            raise ValidationError("job", f"has {len(self.jobs)} jobs", f"{c.BATCH_MAX_JOBS}")
+        if len(self.jobs) > BATCH_MAX_JOBS:
+            raise ValidationError("job", f"has {len(self.jobs)} jobs", f"{BATCH_MAX_JOBS}")
         if self.action == "reschedule" and self.due_ms is None:
             raise ValidationError("due", "reschedule needs a new due time")
 
@@ -141,8 +141,8 @@ def _dead(store: Store, request: Request) -> str:
     )
     change = store.requeue_dead if request.action == "requeue" else store.purge_dead
     done = sum(
-        change(list(targets[n : n + c.BATCH_MAX_JOBS]))
-        for n in range(0, len(targets), c.BATCH_MAX_JOBS)
+        change(list(targets[n : n + BATCH_MAX_JOBS]))
+        for n in range(0, len(targets), BATCH_MAX_JOBS)
     )
     past = "Requeued" if request.action == "requeue" else "Purged"
     return f"{past} {done} dead job{'s' if done != 1 else ''}."

@@ -25,7 +25,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import BigInteger as BigIntegerType
 
-from actors import _constants as c
+from actors._constants import JOB_ID_MAX_CHARS, TOPIC_MAX_CHARS
 
 TABLE_NAME = "redelay_outbox"
 # The channel a PostgreSQL trigger notifies at each commit that wrote rows (the relay LISTENs).
@@ -40,8 +40,8 @@ metadata = MetaData()
 table = Table(
     TABLE_NAME,
     metadata,
-    Column("topic", String(c.TOPIC_MAX_CHARS), primary_key=True),
-    Column("job_id", String(c.JOB_ID_MAX_CHARS), primary_key=True),
+    Column("topic", String(TOPIC_MAX_CHARS), primary_key=True),
+    Column("job_id", String(JOB_ID_MAX_CHARS), primary_key=True),
     Column("op", String(8), nullable=False),
     # Unique per write: Redis keeps the token of the write it applied last (the relay's marker),
     # so a write applied before a crash is recognised and not applied again.

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors import _constants as c
+from actors._constants import REASON_MAX_CHARS
 from actors.job import Job, Retry
 from actors.tracing import Span, current
 from actors.values import Lease
@@ -70,4 +70,4 @@ def failure(exc: BaseException) -> Outcome:
 
 
 def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[: c.REASON_MAX_CHARS]
+    return f"{type(exc).__name__}: {exc}"[:REASON_MAX_CHARS]

@@ -16,7 +16,11 @@ from typing import Any
 import pykka
 import redis
 
-from actors import _constants as c
+from actors._constants import (
+    REDIS_FULL_AUDIT_KEEP,
+    REDIS_FULL_CHECK_MS,
+    REDIS_FULL_LOG_MS,
+)
 from actors.clock import Clock, Timer
 from actors.runtime._actor import RedelayActor
 from actors.runtime._backoff import Backoff, outage_of
@@ -121,7 +125,7 @@ class Carrier(RedelayActor):
         next_in = swept.next_in_ms
         self._sleep_until(None if next_in is None else before + max(0, next_in))
 
-    def _check_memory(self, every_ms: int = c.REDIS_FULL_CHECK_MS) -> None:
+    def _check_memory(self, every_ms: int = REDIS_FULL_CHECK_MS) -> None:
         """At most every ``every_ms``: is Redis full? Then trim the audit streams (the history
         goes before the jobs; the store's scripts keep it short while full) and say so once a
         minute. Carry, lease and ack still run
@@ -143,8 +147,8 @@ class Carrier(RedelayActor):
             self.redis_full, self._full_logged_ms = False, None
             return
         self.redis_full = True
-        self.store.trim_audit(c.REDIS_FULL_AUDIT_KEEP)
-        if self._full_logged_ms is None or now - self._full_logged_ms >= c.REDIS_FULL_LOG_MS:
+        self.store.trim_audit(REDIS_FULL_AUDIT_KEEP)
+        if self._full_logged_ms is None or now - self._full_logged_ms >= REDIS_FULL_LOG_MS:
             self._full_logged_ms = now
             log.warning(
                 "Redis is full (used_memory %d, maxmemory %d): adds are refused, delivery goes "
@@ -152,7 +156,7 @@ class Carrier(RedelayActor):
                 "entries per shard (logged once a minute while full)",
                 memory["used_memory"],
                 memory["maxmemory"],
-                c.REDIS_FULL_AUDIT_KEEP,
+                REDIS_FULL_AUDIT_KEEP,
             )
 
     def _tend_schedules(self) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 
 import pykka
 
-from actors import _constants as c
+from actors._constants import SUBSCRIPTION_PING_S, SUBSCRIPTION_REPLY_S
 from actors.runtime._backoff import Backoff, outage_of
 from actors.runtime.messages import Carry, ReadyNotice, Wake
 from actors.storage.store import Store
@@ -89,8 +89,8 @@ class ShardNotifier:
         ready_channels: Sequence[str],
         *,
         drop_connections: Callable[[bool], None] | None = None,
-        ping_s: float = c.SUBSCRIPTION_PING_S,
-        reply_s: float = c.SUBSCRIPTION_REPLY_S,
+        ping_s: float = SUBSCRIPTION_PING_S,
+        reply_s: float = SUBSCRIPTION_REPLY_S,
     ) -> None:
         self.client = client
         # Closes the client's idle connections (False) or all of them (True): see the docstring.

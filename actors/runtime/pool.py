@@ -38,8 +38,13 @@ from typing import Any
 import pykka
 import redis
 
-from actors import _constants as c
 from actors import _rearm
+from actors._constants import (
+    BATCH_MAX_JOBS,
+    DEFAULT_LEASE_MS,
+    DELAY_MAX_MS,
+    LEASE_MS_MIN,
+)
 from actors.clock import Clock
 from actors.errors import ErrorCode
 from actors.runtime import _refusals
@@ -117,7 +122,7 @@ class ConsumerPool(RedelayActor):
         concurrency: int,
         prefetch: int = 0,
         timeout_ms: int,
-        lease_ms: int = c.DEFAULT_LEASE_MS,
+        lease_ms: int = DEFAULT_LEASE_MS,
         supervisor: pykka.ActorRef[Any] | None = None,
         check_interval_ms: int = 100,
         recorder: Recorder = NO_RECORDER,
@@ -257,7 +262,7 @@ class ConsumerPool(RedelayActor):
         # it always has. With prefetch it may wait, and its thread starts the timeout.
         started_ms = None if self.prefetch else now
         for n, lease in enumerate(leases):
-            lease_ms = max(c.LEASE_MS_MIN, lease.lease_ms or default_lease_ms)
+            lease_ms = max(LEASE_MS_MIN, lease.lease_ms or default_lease_ms)
             span = None if spans is None else spans[n]
             running = _Running(lease, started_ms, lease_ms, now + _half_left(lease_ms), span=span)
             running_jobs[lease.key] = running
@@ -347,7 +352,7 @@ class ConsumerPool(RedelayActor):
             else:
                 after_ms = o.retry_after_ms
                 if after_ms is not None:  # Retry checks its delay; this keeps a batch sendable
-                    after_ms = min(max(0, after_ms), c.DELAY_MAX_MS)
+                    after_ms = min(max(0, after_ms), DELAY_MAX_MS)
                 self.fails.append(
                     _Failure(running.lease, o.detail, after_ms, o.error, o.traceback, running.span)
                 )
@@ -399,7 +404,7 @@ class ConsumerPool(RedelayActor):
             self._free_slots()
         chunk = self.in_flight.chunk
         while self.acks:
-            batch = self.acks[: c.BATCH_MAX_JOBS]
+            batch = self.acks[:BATCH_MAX_JOBS]
             spans = self.ack_spans[: len(batch)]
             if refill:
                 if self.in_flight.full or (self.in_flight and len(self.acks) < chunk):
@@ -424,7 +429,7 @@ class ConsumerPool(RedelayActor):
             del self.acks[: len(batch)]
             del self.ack_spans[: len(batch)]
         while self.fails:
-            fails = self.fails[: c.BATCH_MAX_JOBS]
+            fails = self.fails[:BATCH_MAX_JOBS]
             results = self.store.fail_many([f.row for f in fails], [f.traceback for f in fails])
             self.counts["flushes"] += 1
             self.counts["failed"] += len(fails)
@@ -733,8 +738,8 @@ class ConsumerPool(RedelayActor):
         )
 
     def _extend(self, extend: list[tuple[str, str, str, int]]) -> None:
-        for start in range(0, len(extend), c.BATCH_MAX_JOBS):
-            batch = extend[start : start + c.BATCH_MAX_JOBS]
+        for start in range(0, len(extend), BATCH_MAX_JOBS):
+            batch = extend[start : start + BATCH_MAX_JOBS]
             before = self.clock.now_ms()  # the new deadline counts from later than this
             try:
                 deadlines = self.store.extend_many(batch)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pykka
 
-from actors import _constants as c
+from actors._constants import HEARTBEAT_INTERVAL_MS, HEARTBEAT_TTL_MS, LEASE_MS_MAX
 from actors.clock import Clock
 from actors.runtime._actor import ask
 from actors.runtime._hooks import FailureHooks
@@ -62,7 +62,7 @@ class HandlerSpec:
         timeout."""
         return TopicConfig(
             self.retry_ms or defaults.retry_ms,
-            self.lease_ms or max(defaults.lease_ms, min(self.timeout_ms * 2, c.LEASE_MS_MAX)),
+            self.lease_ms or max(defaults.lease_ms, min(self.timeout_ms * 2, LEASE_MS_MAX)),
             self.lost_max or defaults.lost_max,
         )
 
@@ -76,8 +76,8 @@ class SystemSettings:
     lease_batch_max: int = 1_000
     look_interval_s: float = 5.0  # a listener's backstop look, for a ready notice lost anyway
     check_interval_ms: int = 100
-    heartbeat_interval_ms: int = c.HEARTBEAT_INTERVAL_MS
-    heartbeat_ttl_ms: int = c.HEARTBEAT_TTL_MS
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    heartbeat_ttl_ms: int = HEARTBEAT_TTL_MS
 
 
 class ActorSystem:

@@ -23,8 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import DEFAULT_SHARDS
 from actors._validation import IfExists
 from actors.clock import SYNC_SAMPLES, ServerTimeClock, TimeSample
 from actors.errors import ConfigError, JobExistsError, PartialAddError
@@ -281,7 +281,7 @@ async def ensure_shards(client: AsyncClient, namespace: str, shards: int | None)
     key = config_key(namespace)
     recorded = parse_shards(namespace, await client.hget(key, SHARDS_FIELD))
     if recorded is None:
-        proposal = wanted or c.DEFAULT_SHARDS
+        proposal = wanted or DEFAULT_SHARDS
         if proposal != 1:
             first = ShardKeys(namespace, 0)
             if await client.exists(first.jobs) or await client.exists(first.audit):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from actors import _constants as c
+from actors._constants import RATE_MAX_JOBS, RATE_WINDOW_MAX_MS
 from actors.errors import ValidationError
 from actors.values import TopicLimits
 
@@ -18,8 +18,8 @@ from actors.values import TopicLimits
 LIMIT_FIELDS = ("rate", "flight", "tat", "limits")
 
 RATE_LIMIT = (
-    f"a pair (jobs, seconds): jobs an integer from 1 to {c.RATE_MAX_JOBS}, seconds from 0.001 "
-    f"to {c.RATE_WINDOW_MAX_MS // 1000}"
+    f"a pair (jobs, seconds): jobs an integer from 1 to {RATE_MAX_JOBS}, seconds from 0.001 "
+    f"to {RATE_WINDOW_MAX_MS // 1000}"
 )
 
 
@@ -28,12 +28,12 @@ def rate_arg(rate: object) -> tuple[int, int]:
     if not isinstance(rate, tuple | list) or len(rate) != 2:
         raise ValidationError("rate", f"is {rate!r}", RATE_LIMIT)
     jobs, seconds = rate
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= c.RATE_MAX_JOBS:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= RATE_MAX_JOBS:
         raise ValidationError("rate", f"allows {jobs!r} jobs", RATE_LIMIT)
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ValidationError("rate", f"has a window of {seconds!r}", RATE_LIMIT)
     window_ms = round(seconds * 1000)
-    if not 1 <= window_ms <= c.RATE_WINDOW_MAX_MS:
+    if not 1 <= window_ms <= RATE_WINDOW_MAX_MS:
         raise ValidationError("rate", f"has a window of {seconds!r} s", RATE_LIMIT)
     return jobs, window_ms
 

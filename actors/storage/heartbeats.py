@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import WORKERS_LIST_MAX
 from actors.storage.calls import decoded
 from actors.storage.keys import worker_key, workers_key
 from actors.values import WorkerInfo
@@ -72,7 +72,7 @@ def forget(client: Any, namespace: str, name: str) -> None:
 def workers(client: Any, namespace: str) -> list[WorkerInfo]:
     """Every worker with a live heartbeat, by name; prunes index entries whose key expired."""
     index = workers_key(namespace)
-    names = sorted(decoded(n) for n in client.srandmember(index, c.WORKERS_LIST_MAX) or [])
+    names = sorted(decoded(n) for n in client.srandmember(index, WORKERS_LIST_MAX) or [])
     if not names:
         return []
     values = client.mget([worker_key(namespace, name) for name in names])

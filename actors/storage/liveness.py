@@ -13,7 +13,14 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from actors import _constants as c
+from actors._constants import (
+    HEALTH_CHECK_INTERVAL_S,
+    KEEPALIVE_IDLE_S,
+    KEEPALIVE_INTERVAL_S,
+    KEEPALIVE_PROBES,
+    SOCKET_CONNECT_TIMEOUT_S,
+    SOCKET_TIMEOUT_S,
+)
 
 # Schemes whose connections are TCP (keepalive applies); unix:// is a local socket.
 _TCP_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "sentinel")
@@ -22,9 +29,9 @@ _TCP_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sen
 def keepalive_options() -> dict[int, int]:
     """TCP keepalive settings this platform has (Linux: idle, interval, probes)."""
     wanted = {
-        "TCP_KEEPIDLE": c.KEEPALIVE_IDLE_S,
-        "TCP_KEEPINTVL": c.KEEPALIVE_INTERVAL_S,
-        "TCP_KEEPCNT": c.KEEPALIVE_PROBES,
+        "TCP_KEEPIDLE": KEEPALIVE_IDLE_S,
+        "TCP_KEEPINTVL": KEEPALIVE_INTERVAL_S,
+        "TCP_KEEPCNT": KEEPALIVE_PROBES,
     }
     return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
@@ -32,9 +39,9 @@ def keepalive_options() -> dict[int, int]:
 def client_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
     """redelay's defaults for a client of ``url``, with ``options`` over them."""
     defaults: dict[str, Any] = {
-        "socket_timeout": c.SOCKET_TIMEOUT_S,
-        "socket_connect_timeout": c.SOCKET_CONNECT_TIMEOUT_S,
-        "health_check_interval": c.HEALTH_CHECK_INTERVAL_S,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
     }
     if url.split("://", 1)[0].lower() in _TCP_SCHEMES:
         defaults["socket_keepalive"] = True

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors import _constants as c
 from actors import _validation as validation
+from actors._constants import DEFAULT_SHARDS, SHARDS_MAX
 from actors.errors import ConfigError
 from actors.storage.keys import ShardKeys, config_key
 from actors.values import AuditRetention
@@ -21,8 +21,8 @@ RETENTION_FIELDS = ("audit_trim", "audit_maxlen", "audit_retention_ms")
 
 
 def shards_arg(shards: object) -> int:
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= c.SHARDS_MAX:
-        raise ConfigError(f"shards must be an integer from 1 to {c.SHARDS_MAX}, got {shards!r}")
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= SHARDS_MAX:
+        raise ConfigError(f"shards must be an integer from 1 to {SHARDS_MAX}, got {shards!r}")
     return shards
 
 
@@ -79,7 +79,7 @@ def ensure_shards(client: Any, namespace: str, shards: int | None = None) -> int
     wanted = None if shards is None else shards_arg(shards)
     recorded = stored_shards(client, namespace)
     if recorded is None:
-        proposal = wanted or c.DEFAULT_SHARDS
+        proposal = wanted or DEFAULT_SHARDS
         if proposal != 1 and _has_unrecorded_jobs(client, namespace):
             raise unrecorded_jobs_error(namespace, proposal)
         # HSETNX: of two processes starting at once, the first one's count wins for both.

@@ -13,9 +13,16 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors import _constants as c
 from actors import _validation as validation
 from actors import schedules as _schedules
+from actors._constants import (
+    BATCH_MAX_JOBS,
+    LIST_LIMIT_MAX,
+    LIST_SCAN_ENTRIES,
+    OCCURRENCES_AHEAD,
+    REDIS_FULL_AUDIT_KEEP,
+    SHARDS_MAX,
+)
 from actors.clock import Clock
 from actors.errors import (
     JobExistsError,
@@ -52,7 +59,7 @@ class ShardPlan:
         default_topic_config: TopicConfig | None = None,
         durability: Durability | None = None,
     ) -> None:
-        validation.count(shards, "shards", c.SHARDS_MAX)
+        validation.count(shards, "shards", SHARDS_MAX)
         self.namespace = validation.namespace(namespace)
         self.clock = clock
         self.retention = retention or AuditRetention()
@@ -88,7 +95,7 @@ class ShardPlan:
         follow = script_now is not None
         now_ms = self.clock.now_ms() if script_now is None else script_now
         if self.redis_full:  # history goes before jobs: every transition trims it short
-            return CallTime(now_ms, "MAXLEN", str(c.REDIS_FULL_AUDIT_KEEP), follow)
+            return CallTime(now_ms, "MAXLEN", str(REDIS_FULL_AUDIT_KEEP), follow)
         kind, threshold = self.retention.args(now_ms)
         return CallTime(now_ms, kind, threshold, follow)
 
@@ -104,9 +111,9 @@ class ShardPlan:
 
     @staticmethod
     def _batch_limit(items: Sequence[Any], field_name: str) -> None:
-        if len(items) > c.BATCH_MAX_JOBS:
+        if len(items) > BATCH_MAX_JOBS:
             raise ValidationError(
-                field_name, f"has {len(items)} jobs", f"{c.BATCH_MAX_JOBS} per call"
+                field_name, f"has {len(items)} jobs", f"{BATCH_MAX_JOBS} per call"
             )
 
     @staticmethod
@@ -267,7 +274,7 @@ class ShardPlan:
         keys = self.shard_keys[schedule_shard(spec.name, self.shard_count)]
         at = self._now()
         anchor = _schedules.first_anchor_ms(spec, at.now_ms) if spec.every_ms else 0
-        times = _schedules.occurrences(spec, at.now_ms, c.OCCURRENCES_AHEAD, anchor)
+        times = _schedules.occurrences(spec, at.now_ms, OCCURRENCES_AHEAD, anchor)
         return schedule_calls.schedule(
             keys,
             at,
@@ -301,7 +308,7 @@ class ShardPlan:
         """(the state listed, where each ready list resumes, the list call per shard)."""
         validation.topic(topic)
         listed = listing.listed_state(state)
-        validation.count(limit, "limit", c.LIST_LIMIT_MAX)
+        validation.count(limit, "limit", LIST_LIMIT_MAX)
         # Where each shard resumes: one position for every shard's ZSET, or per shard in the
         # ready lists (see storage/listing.py).
         positions: dict[int, str] = {}
@@ -317,7 +324,7 @@ class ShardPlan:
         at = self._now()
         shard_calls = {
             s: calls.list_page(
-                self.shard_keys[s], at, topic, listed, limit, c.LIST_SCAN_ENTRIES, start
+                self.shard_keys[s], at, topic, listed, limit, LIST_SCAN_ENTRIES, start
             )
             for s, start in starts.items()
         }

@@ -38,9 +38,21 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from actors import _constants as c
 from actors import _validation as validation
 from actors import schedules as _schedules
+from actors._constants import (
+    CARRY_LIMIT_MAX,
+    DEFAULT_CARRY_BATCH,
+    IN_FLIGHT_MAX,
+    LEASE_LIMIT_MAX,
+    LOST_MAX_MAX,
+    OCCURRENCES_AHEAD,
+    REDIS_FULL_CLEAR_MARGIN,
+    REDIS_FULL_CLEAR_MARGIN_BYTES,
+    REDIS_FULL_MARGIN,
+    REDIS_FULL_MARGIN_BYTES,
+    REFILL_BELOW,
+)
 from actors._validation import IfExists
 from actors.clock import Clock
 from actors.errors import (
@@ -238,7 +250,7 @@ class Store(ShardPlan):
         validation.topic(topic)
         validation.schedule_ms(config.retry_ms)
         validation.lease_ms(config.lease_ms)
-        validation.count(config.lost_max, "lost_max", c.LOST_MAX_MAX)
+        validation.count(config.lost_max, "lost_max", LOST_MAX_MAX)
         self.topic_configs[topic] = config
         blob = self._topic_config_blob(topic)
         for keys in self.shard_keys:
@@ -290,7 +302,7 @@ class Store(ShardPlan):
         flight = (
             None
             if limits.max_in_flight is None
-            else validation.count(limits.max_in_flight, "max_in_flight", c.IN_FLIGHT_MAX)
+            else validation.count(limits.max_in_flight, "max_in_flight", IN_FLIGHT_MAX)
         )
         pipe = self.client.pipeline(transaction=False)
         for s, keys in enumerate(self.shard_keys):
@@ -399,7 +411,7 @@ class Store(ShardPlan):
                 return [str(r) for r in results]
         raise JobExistsError([(jobs[n].topic, jobs[n].id) for n in todo])
 
-    def carry(self, limit: int = c.DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
+    def carry(self, limit: int = DEFAULT_CARRY_BATCH) -> tuple[int, int | None]:
         """Moves up to ``limit`` due jobs per shard to ready lists.
 
         Returns (moved, next due ms or None).
@@ -408,9 +420,9 @@ class Store(ShardPlan):
         return swept.moved, swept.next_ms
 
     @_cluster_errors
-    def carry_swept(self, limit: int = c.DEFAULT_CARRY_BATCH) -> Swept:
+    def carry_swept(self, limit: int = DEFAULT_CARRY_BATCH) -> Swept:
         """``carry``, with how long until the next due time by the server's clock."""
-        validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
+        validation.count(limit, "limit", CARRY_LIMIT_MAX)
         at = self._now()
         replies = self._run({s: calls.carry(k, at, limit) for s, k in enumerate(self.shard_keys)})
         moved, next_at, next_in = 0, None, None
@@ -439,7 +451,7 @@ class Store(ShardPlan):
         return Swept(moved, next_at, next_in, latest_now)
 
     def expire(
-        self, limit: int = c.DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
+        self, limit: int = DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
     ) -> tuple[int, int | None]:
         """Recovers up to ``limit`` expired leases per shard: each a lost lease (see
         lua/_lost.lua). ``outcomes``, when given, counts the jobs per (topic, event): ``lost``,
@@ -452,10 +464,10 @@ class Store(ShardPlan):
 
     @_cluster_errors
     def expire_swept(
-        self, limit: int = c.DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
+        self, limit: int = DEFAULT_CARRY_BATCH, outcomes: Counter[tuple[str, str]] | None = None
     ) -> Swept:
         """``expire``, with how long until the next deadline by the server's clock."""
-        validation.count(limit, "limit", c.CARRY_LIMIT_MAX)
+        validation.count(limit, "limit", CARRY_LIMIT_MAX)
         return self._sweep(calls.expire, limit, outcomes)
 
     def _sweep(
@@ -497,7 +509,7 @@ class Store(ShardPlan):
         paused, else the shortest a gated shard asked for (0: none was).
         """
         validation.topic(topic)
-        validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
+        validation.count(limit, "limit", LEASE_LIMIT_MAX)
         if len(self.shard_keys) == 1:
             reply = self._batch.run([calls.lease(self.keys, self._now(), topic, limit, consumer)])
             return calls.lease_batch(topic, reply[0])
@@ -609,7 +621,7 @@ class Store(ShardPlan):
             raise ValueError("ack_and_lease: a namespace of one shard only")
         self._batch_limit(acks, "acks")
         validation.topic(topic)
-        validation.count(limit, "limit", c.LEASE_LIMIT_MAX)
+        validation.count(limit, "limit", LEASE_LIMIT_MAX)
         rows = [(member(a[0], a[1]), a[2], validation.reason(a[3])) for a in acks]
         at = self._now()
         return [calls.ack(self.keys, at, rows), calls.lease(self.keys, at, topic, limit, consumer)]
@@ -760,7 +772,7 @@ class Store(ShardPlan):
             stored = schedule_calls.unpack_schedule(name, bytes(blob))  # type: ignore[arg-type]
             at = self._now()
             after = max(stored.last_ms or 0, at.now_ms)
-            wanted = max(1, c.OCCURRENCES_AHEAD - len(stored.info.upcoming_ms))
+            wanted = max(1, OCCURRENCES_AHEAD - len(stored.info.upcoming_ms))
             times = _schedules.occurrences(stored.info.spec, after, wanted, stored.anchor_ms)
             call = schedule_calls.refill(keys, at, name, stored.generation, times)
             (reply,) = self._batch.run([call])
@@ -778,7 +790,7 @@ class Store(ShardPlan):
         wanting = [
             info.spec.name
             for info in self.schedules()
-            if info.pending_id is None or len(info.upcoming_ms) < c.REFILL_BELOW
+            if info.pending_id is None or len(info.upcoming_ms) < REFILL_BELOW
         ]
         return self.refill_schedules(wanting) if wanting else 0
 
@@ -916,9 +928,9 @@ class Store(ShardPlan):
         # Hysteresis: trimming the audit frees memory at once, and a flag that cleared then
         # would let the next transitions write long history again.
         if self.redis_full:
-            margin = max(limit * c.REDIS_FULL_CLEAR_MARGIN, c.REDIS_FULL_CLEAR_MARGIN_BYTES)
+            margin = max(limit * REDIS_FULL_CLEAR_MARGIN, REDIS_FULL_CLEAR_MARGIN_BYTES)
         else:
-            margin = max(limit * c.REDIS_FULL_MARGIN, c.REDIS_FULL_MARGIN_BYTES)
+            margin = max(limit * REDIS_FULL_MARGIN, REDIS_FULL_MARGIN_BYTES)
         self.redis_full = limit > 0 and used >= limit - margin
         return {"used_memory": used, "maxmemory": limit, "full": self.redis_full}
 

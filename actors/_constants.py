@@ -151,8 +151,9 @@ LOST_SPREAD_MS: Final = 100
 # A gates field "<consumer><suffix>" -> "<member> <token>": the one suspect that consumer runs in
 # this shard; while its lease holds, the consumer is leased nothing else here (lease-10.lua).
 SUSPECT_FIELD_SUFFIX: Final = "|suspect"
-# A consumer that runs a suspect looks for other jobs again after this long.
-SUSPECT_POLL_MS: Final = 100
+# A consumer that runs a suspect looks for other jobs again after this long: each look is a lease
+# call, so a worker running a long suspect makes one a second per topic.
+SUSPECT_POLL_MS: Final = 1_000
 RATE_MAX_JOBS: Final = 1_000_000  # most jobs a rate may allow per window
 RATE_WINDOW_MAX_MS: Final = 24 * 3600 * 1000
 IN_FLIGHT_MAX: Final = 1_000_000

@@ -4,7 +4,8 @@ A Hypothesis RuleBasedStateMachine applies each rule to Redis and to actors.mode
 FakeClock. Rules: add, add_many, change_of_plan (cancel or replace), advance the clock, carry,
 lease, pause (pause or resume a topic: no lease takes from a paused one), consumer (ack, fail
 with or without a retry override, extend, release, or crash: forget the lease without a word),
-work (lease one job and act on it at once), late_consumer (a consumer whose lease was lost acts
+work (lease one job and act on it at once), worker_dies (lease one job, crash, sweep at its
+deadline), late_consumer (a consumer whose lease was lost acts
 anyway), sweep (Store.expire: lost leases, suspects, quarantine) and dead_letter (requeue or
 purge). Each rule checks the audit entries its call wrote. After every step: Redis and the model
 agree on every job (state, due time, attempts failed, token, deadline, cancel mark, lost leases
@@ -404,6 +405,17 @@ class LifecycleMachine(RuleBasedStateMachine):
         for lease in self.do_lease(topic, 1):
             self.act(lease.key, lease.token, action)
 
+    @rule(topic=st.sampled_from(TOPICS))
+    def worker_dies(self, topic: str) -> None:
+        """Leases one job of ``topic`` and dies with it: the clock passes the lease's deadline
+        and a sweep recovers it. The job comes back as a suspect; taken again by this rule it is
+        lost as one, which is held against it: how a short run reaches quarantine."""
+        self.begin()
+        for lease in self.do_lease(topic, 1):
+            self.act(lease.key, lease.token, ("crash", None))
+            self.advance(lease.deadline_ms - self.now())
+            self.sweep(c.CARRY_LIMIT_MAX)
+
     def act(self, key: Key, token: str, action: tuple[str, int | None]) -> None:
         name, ms = action
         if name == "extend":
@@ -662,6 +674,8 @@ class LifecycleMachine(RuleBasedStateMachine):
                         )
                 if e in ("acked", "dead", "cancelled", "purged"):
                     ended = e
+                elif e == "quarantined":  # dead: its worker was lost too often while it ran alone
+                    ended = "dead"
                 elif e == "requeued":
                     ended, last_end = "", "requeued"
             if key in self.cancelled:

@@ -35,7 +35,7 @@ from actors.server.embedded import RedisProcess
 from actors.storage.store import Store
 
 from . import faults
-from .det_settings import DetSettings, TopicPlan
+from .det_settings import CLOCK_BACK_MAX_MS, DetSettings, TopicPlan
 from .ledger import JobRow, Ledger
 from .workload import HandlerMix
 
@@ -303,7 +303,8 @@ class World:
             self.record_fault(kind, f"+{jump_ms} ms")  # at the time it jumped to
             return None
         if kind == "clock_step_back":
-            self.step_back(rng.randint(*self.settings.clock_jump_ms))
+            low, high = self.settings.clock_jump_ms
+            self.step_back(rng.randint(low, min(high, CLOCK_BACK_MAX_MS)))
             return None
         if not alive:
             return None  # every worker is down already

@@ -251,8 +251,9 @@ def test_backward_clock_steps_keep_the_deterministic_seeds_other_faults() -> Non
     from simulations.crash import det_settings
     from simulations.crash.deterministic import plan
 
-    settings = det_settings.derive(1, "ci")
+    settings = det_settings.derive(1, "soak")
     assert "clock_step_back" in settings.fault_interval_ms
+    assert "clock_step_back" not in det_settings.derive(1, "ci").fault_interval_ms
     without = replace(
         settings,
         fault_interval_ms={

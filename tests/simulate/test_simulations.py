@@ -534,7 +534,6 @@ def test_deterministic_simulation_ci_run(tmp_path: Path) -> None:
             "worker_abandon",
             "worker_stop",
             "clock_jump",
-            "clock_step_back",
         },
     )
     assert (tmp_path / "deterministic-1" / "lateness.png").stat().st_size > 10_000

@@ -305,6 +305,7 @@ def _with_production_faults(settings: ChaosSettings) -> ChaosSettings:
 # --backlog: jobs/s the producer adds, and each topic's prefetch.
 BACKLOG_RATE_PER_S = 250.0
 BACKLOG_PREFETCH = 120
+BACKLOG_SUSPECT_DRAIN_S = 180.0
 
 
 def _backlogged(settings: ChaosSettings) -> ChaosSettings:
@@ -315,7 +316,13 @@ def _backlogged(settings: ChaosSettings) -> ChaosSettings:
     faults stay what they are. The handlers run about 270 jobs/s between them, so a run of 30 s
     drains in about as long again."""
     topics = tuple(replace(t, prefetch=max(t.prefetch, BACKLOG_PREFETCH)) for t in settings.topics)
-    return replace(settings, topics=topics, rate_per_s=BACKLOG_RATE_PER_S)
+    # A killed worker's leases come back as suspects, which run one at a time per worker with a
+    # wait of about 1 s after each (lua/lease-10.lua): a few kills of full pools leave hundreds
+    # to drain at a few per second.
+    drain_limit_s = settings.drain_limit_s + BACKLOG_SUSPECT_DRAIN_S
+    return replace(
+        settings, topics=topics, rate_per_s=BACKLOG_RATE_PER_S, drain_limit_s=drain_limit_s
+    )
 
 
 def _clustered(settings: ChaosSettings, shards: int) -> ChaosSettings:
